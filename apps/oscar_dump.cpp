@@ -1,0 +1,24 @@
+// oscar-dump: runs a llama2.c checkpoint over a passage of a text and writes its Q/K/V (dump format v1).
+#include "app_main.h"
+#include "oscar/dump_passage.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"oscar-dump: dump a passage's queries, keys and values (before and after RoPE) to HDF5"};
+  oscar::DumpRequest r;
+  app.add_option("--model", r.model, "llama2.c checkpoint (float32 .bin, or oscar-kv's float16 form)")->required();
+  app.add_option("--tokenizer", r.tokenizer, "llama2.c tokenizer.bin")->required();
+  app.add_option("--text", r.text, "text file, one line per verse/paragraph (plain or .gz)")->required();
+  app.add_option("--offset", r.offset, "first line of the passage (negative: counted from the end)")->default_val(0);
+  app.add_option("--tokens", r.tokens, "passage length in tokens, BOS included")->default_val(512);
+  app.add_option("--out", r.out, "output HDF5 file (written atomically)")->required();
+  app.add_option("--dtype", r.dtype, "storage dtype: float32 or float16")->default_val("float32");
+  bool quiet = false;
+  app.add_flag("--quiet", quiet, "no progress bar");
+  return oscar::run_app("oscar-dump", app, argc, argv, [&] {
+    r.progress = !quiet;
+    const auto s = oscar::dump_passage(r);
+    fmt::print("{}: {} tokens from line {}: mean next-token loss {:.4f} nats over {} predictions ({:.1f} s) -> {}\n",
+               s.model_name, s.tokens, s.first_line, s.mean_loss, s.tokens - 1, s.seconds, r.out);
+    return 0;
+  });
+}

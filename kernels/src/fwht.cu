@@ -1,0 +1,81 @@
+// fwht.cu: in-place fast Walsh-Hadamard transform, one warp per row, templated on head_dim.
+// Lane l holds elements [l*P, l*P+P) with P = HD/32: strides < P are butterflies in registers,
+// strides >= P exchange with lane l ^ (stride/P) by shuffle. Same operation order as fwht_math.h.
+#include <cuda_runtime.h>
+#include "api_util.h"
+#include "oscar/fwht_math.h"
+
+namespace oscar::kernels {
+
+template <int HD>
+__global__ void fwht_rows_kernel(float* __restrict__ data, int64_t rows, bool normalize) {
+  constexpr int P = HD / 32;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  float* x = data + row * HD + lane * P;
+  float v[P];
+#pragma unroll
+  for (int i = 0; i < P; ++i) v[i] = x[i];
+#pragma unroll
+  for (int s = 1; s < P; s <<= 1) {
+#pragma unroll
+    for (int i = 0; i < P; i += 2 * s) {
+#pragma unroll
+      for (int j = i; j < i + s; ++j) {
+        const float a = v[j], b = v[j + s];
+        v[j] = a + b;
+        v[j + s] = a - b;
+      }
+    }
+  }
+#pragma unroll
+  for (int ls = 1; ls < 32; ls <<= 1) {
+    const bool upper = (lane & ls) != 0;
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const float other = __shfl_xor_sync(0xffffffffu, v[i], ls);
+      v[i] = upper ? (other - v[i]) : (v[i] + other);
+    }
+  }
+  if (normalize) {
+    const float c = fwht_scale(HD);
+#pragma unroll
+    for (int i = 0; i < P; ++i) v[i] *= c;
+  }
+#pragma unroll
+  for (int i = 0; i < P; ++i) x[i] = v[i];
+}
+
+template <int HD>
+static oscar_status launch_fwht(float* data, int64_t rows, bool normalize, cudaStream_t stream,
+                                oscar_error* err) {
+  constexpr int kWarps = 8;
+  const int64_t blocks = (rows + kWarps - 1) / kWarps;
+  if (blocks > 0x7fffffff) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "oscar_fwht_f32: rows=%lld is too many", (long long)rows);
+  fwht_rows_kernel<HD><<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(data, rows, normalize);
+  return api::check_launch(err, "oscar_fwht_f32");
+}
+
+}  // namespace oscar::kernels
+
+extern "C" oscar_status oscar_fwht_f32(float* data, int64_t rows, int32_t head_dim, int32_t normalize,
+                                       void* stream, oscar_error* err) {
+  using namespace oscar;
+  if (rows < 0) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "oscar_fwht_f32: rows=%lld is negative", (long long)rows);
+  if (rows == 0) return OSCAR_OK;
+  if (!data) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "oscar_fwht_f32: data is NULL");
+  if (!api::aligned(data, 16)) return api::fail(err, OSCAR_ERR_MISALIGNED, "oscar_fwht_f32: data %p is not 16-byte aligned", static_cast<void*>(data));
+  const auto s = static_cast<cudaStream_t>(stream);
+  const bool norm = normalize != 0;
+  switch (head_dim) {  // the one place where head_dim is dispatched to a compiled kernel
+    case 32: return kernels::launch_fwht<32>(data, rows, norm, s, err);
+    case 64: return kernels::launch_fwht<64>(data, rows, norm, s, err);
+    case 128: return kernels::launch_fwht<128>(data, rows, norm, s, err);
+    case 256: return kernels::launch_fwht<256>(data, rows, norm, s, err);
+    case 512: return kernels::launch_fwht<512>(data, rows, norm, s, err);
+    default:
+      return api::fail(err, OSCAR_ERR_UNSUPPORTED,
+                       "oscar_fwht_f32: head_dim=%d unsupported (a power of two in [32, 512] is required)", head_dim);
+  }
+}

@@ -1,0 +1,59 @@
+// checkpoint.h: llama2.c legacy checkpoints (float32), and oscar-kv's lossless float16 form of them.
+// Legacy layout: 7 int32 (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len; a
+// negative vocab_size means a separate classifier follows), then float32 weights in run.c's order.
+// Float16 form ("OSCKF16"): magic, version, the same header, the sha256 of the original float32 file,
+// then the same values as float16; it loads only when the float32 bytes it rebuilds hash to that sha256.
+#pragma once
+#include <Eigen/Core>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace oscar {
+
+struct ModelConfig {
+  int dim = 0, hidden_dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, vocab_size = 0, seq_len = 0;
+  bool shared_classifier = true;
+  int head_dim() const { return dim / n_heads; }
+  int kv_dim() const { return n_kv_heads * head_dim(); }
+};
+
+using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMapRM = Eigen::Map<const MatrixRM>;
+
+struct LayerWeights {
+  const float* rms_att;  // [dim]
+  const float* wq;       // [n_heads*head_dim, dim]
+  const float* wk;       // [kv_dim, dim]
+  const float* wv;       // [kv_dim, dim]
+  const float* wo;       // [dim, n_heads*head_dim]
+  const float* rms_ffn;  // [dim]
+  const float* w1;       // [hidden, dim]
+  const float* w2;       // [dim, hidden]
+  const float* w3;       // [hidden, dim]
+};
+
+struct Checkpoint {
+  std::string path;
+  std::string name;            // file name without folders and storage suffixes
+  std::string sha256;          // of the float32 legacy file (rebuilt when loaded from float16)
+  std::string storage;         // "float32" or "float16"
+  ModelConfig config;
+  std::vector<float> values;   // every float of the file, in file order
+  const float* token_embedding = nullptr;  // [vocab, dim]
+  std::vector<LayerWeights> layers;
+  const float* rms_final = nullptr;        // [dim]
+  const float* classifier = nullptr;       // [vocab, dim] (the embedding when shared)
+};
+
+// Loads either form (split parts NAME.part00.. accepted, see file_io.h). Throws Error naming the file
+// when the header is implausible or the size disagrees with the header.
+Checkpoint load_checkpoint(const std::string& path);
+
+// Number of floats a legacy file with this header holds after its 28-byte header.
+int64_t legacy_float_count(const ModelConfig& c);
+
+// Serializes `ck` in the float16 form; throws when a value is not exactly representable in float16.
+std::vector<uint8_t> encode_float16_checkpoint(const Checkpoint& ck);
+
+}  // namespace oscar

@@ -1,0 +1,26 @@
+// dump_passage.h: oscar-dump's work: load a checkpoint and tokenizer, pick a passage of a text, run the
+// model over it and write dump format v1, layer by layer, as the forward pass produces it.
+#pragma once
+#include <string>
+
+namespace oscar {
+
+struct DumpRequest {
+  std::string model, tokenizer, text, out;
+  long offset = 0;        // first line (negative: from the end)
+  int tokens = 512;       // passage length including BOS
+  std::string dtype = "float32";
+  bool progress = true;
+};
+
+struct DumpSummary {
+  std::string model_name;
+  int tokens = 0;
+  long first_line = 0;
+  double mean_loss = 0;   // mean next-token loss over tokens-1 predictions
+  double seconds = 0;
+};
+
+DumpSummary dump_passage(const DumpRequest& req);
+
+}  // namespace oscar

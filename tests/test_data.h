@@ -1,0 +1,27 @@
+// test_data.h: paths of the bundled data and of scratch files for tests.
+#pragma once
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+
+namespace oscar::test {
+
+inline std::string data(const std::string& rel) { return std::string(OSCAR_DATA_DIR) + "/" + rel; }
+inline std::string stories_model() { return data("stories260K/stories260K.bin"); }
+inline std::string stories_tokenizer() { return data("stories260K/tok512.bin"); }
+inline std::string hd128_model() { return data("kjv-llama-hd128/kjv-llama-hd128.f16"); }
+inline std::string kjv_text() { return data("text/kjv.txt.gz"); }
+// The original float32 file, present only where ../shared/data exists.
+inline std::string shared_hd128_fp32() { return std::string(OSCAR_SHARED_DATA_DIR) + "/kjv-llama-hd128/kjv-llama-hd128.bin"; }
+
+// A fresh scratch folder per test process.
+inline std::filesystem::path scratch() {
+  static const std::filesystem::path dir = [] {
+    auto d = std::filesystem::temp_directory_path() / ("oscar-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+}  // namespace oscar::test
