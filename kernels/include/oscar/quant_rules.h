@@ -1,0 +1,101 @@
+// quant_rules.h: THE quantization contract shared by the CPU reference (lib/) and the CUDA kernels.
+// Everything that decides a code lives here, as OSCAR_HD functions compiled by g++ and nvcc alike,
+// so GPU codes can be compared with CPU codes bit for bit. Host code is built with -ffp-contract=off
+// and kernels use IEEE division (nvcc's default -prec-div=true): no step below admits an FMA.
+//
+// Integer widths 1..8. A group of values x_i shares (scale, zero):
+//   asymmetric: lo = clip*min(x), hi = clip*max(x); scale = (hi - lo) / (2^b - 1); zero = lo.
+//               code = clamp(round((x - zero) / scale), 0, 2^b - 1);  x^ = code * scale + zero.
+//   symmetric:  (b >= 2) m = clip*max|x|; scale = m / (2^(b-1) - 1); zero = 0.
+//               q = clamp(round(x / scale), -(2^(b-1) - 1), 2^(b-1) - 1); code = q + 2^(b-1);
+//               x^ = (code - 2^(b-1)) * scale.
+// scale and zero are first rounded to their storage dtype (fp16, bf16 or fp32); codes are computed
+// from the stored values, exactly as a kernel that reads them back would dequantize. A group whose
+// stored scale is 0 (constant group) gets code 0 (asymmetric) or the mid code (symmetric).
+// Rounding: half to even (rintf; the default) or half away from zero (roundf).
+// Packing: code i of a packed row occupies bits [i*b, (i+1)*b) of a little-endian bit stream (byte k
+// holds stream bits 8k..8k+7, least significant first); for b = 2, byte k holds codes 4k..4k+3 with
+// code 4k in its two lowest bits; for b = 4, code 2k in the low nibble.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "oscar/float_formats.h"
+#include "oscar/host_device.h"
+
+namespace oscar {
+
+enum class ScaleDtype : int { F16 = 0, BF16 = 1, F32 = 2 };
+enum class Rounding : int { HalfEven = 0, HalfAway = 1 };
+
+OSCAR_HD int scale_dtype_bytes(ScaleDtype t) { return t == ScaleDtype::F32 ? 4 : 2; }
+
+// The value a group parameter has once stored in `t` (and read back).
+OSCAR_HD float store_param(float v, ScaleDtype t) {
+  return t == ScaleDtype::F16 ? round_to_half(v) : t == ScaleDtype::BF16 ? round_to_bf16(v) : v;
+}
+
+OSCAR_HD float round_value(float v, Rounding r) { return r == Rounding::HalfEven ? rintf(v) : roundf(v); }
+
+OSCAR_HD int max_code(int bits) { return (1 << bits) - 1; }
+
+struct GroupParams {
+  float scale;  // stored value (already rounded to the storage dtype)
+  float zero;   // stored value; 0 for symmetric
+};
+
+// Group parameters from the group's min and max (already computed over the group).
+OSCAR_HD GroupParams group_params(float mn, float mx, int bits, bool symmetric, float clip, ScaleDtype t) {
+  GroupParams p;
+  if (symmetric) {
+    const float m = clip * fmaxf(fabsf(mn), fabsf(mx));
+    const float levels = static_cast<float>((1 << (bits - 1)) - 1);
+    p.scale = store_param(m / levels, t);
+    p.zero = 0.0f;
+  } else {
+    const float lo = clip * mn, hi = clip * mx;
+    p.scale = store_param((hi - lo) / static_cast<float>(max_code(bits)), t);
+    p.zero = store_param(lo, t);
+  }
+  return p;
+}
+
+OSCAR_HD uint8_t quantize_value(float x, GroupParams p, int bits, bool symmetric, Rounding r) {
+  if (symmetric) {
+    const int half = 1 << (bits - 1), lim = half - 1;
+    if (!(p.scale > 0.0f)) return static_cast<uint8_t>(half);
+    float q = round_value(x / p.scale, r);
+    q = fminf(fmaxf(q, static_cast<float>(-lim)), static_cast<float>(lim));
+    return static_cast<uint8_t>(static_cast<int>(q) + half);
+  }
+  if (!(p.scale > 0.0f)) return 0;
+  float q = round_value((x - p.zero) / p.scale, r);
+  q = fminf(fmaxf(q, 0.0f), static_cast<float>(max_code(bits)));
+  return static_cast<uint8_t>(q);
+}
+
+OSCAR_HD float dequantize_value(uint8_t code, GroupParams p, int bits, bool symmetric) {
+  if (symmetric) return static_cast<float>(static_cast<int>(code) - (1 << (bits - 1))) * p.scale;
+  return static_cast<float>(code) * p.scale + p.zero;
+}
+
+// Packing into / out of a little-endian bit stream (see the header comment).
+OSCAR_HD int packed_bytes(int n, int bits) { return (n * bits + 7) / 8; }
+
+OSCAR_HD void pack_code(uint8_t* out, int i, uint8_t code, int bits) {  // `out` must start zeroed
+  const int bit = i * bits;
+  const int byte = bit >> 3, off = bit & 7;
+  const unsigned v = static_cast<unsigned>(code) << off;
+  out[byte] = static_cast<uint8_t>(out[byte] | (v & 0xffu));
+  if (off + bits > 8) out[byte + 1] = static_cast<uint8_t>(out[byte + 1] | (v >> 8));
+}
+
+OSCAR_HD uint8_t unpack_code(const uint8_t* in, int i, int bits) {
+  const int bit = i * bits;
+  const int byte = bit >> 3, off = bit & 7;
+  unsigned v = in[byte] >> off;
+  if (off + bits > 8) v |= static_cast<unsigned>(in[byte + 1]) << (8 - off);
+  return static_cast<uint8_t>(v & static_cast<unsigned>(max_code(bits)));
+}
+
+}  // namespace oscar
