@@ -46,5 +46,26 @@ expect_fail "analyze truncated dump" "trunc.h5" $analyze $tmp/trunc.h5 --quiet -
 echo "not hdf5" > $tmp/text.h5
 expect_fail "analyze non-HDF5" "not an HDF5 file" $analyze $tmp/text.h5 --quiet
 
+# A dump written by another tool (h5py: int64 and fixed-length string attributes, float16, no token text).
+py=${OSCAR_PYTHON:-/usr/bin/python3}
+if $py -c "import h5py, numpy" 2>/dev/null; then
+  $py $src/tests/make_foreign_dump.py $tmp/foreign.h5
+  expect_ok "analyze a foreign dump" $analyze $tmp/foreign.h5 --json $tmp/foreign.json --quiet
+  $py - $tmp/foreign.json <<'PY' && passes=$((passes+1)) || { echo "FAIL foreign dump numbers"; fails=$((fails+1)); }
+import json, sys
+r = json.load(open(sys.argv[1]))["rows"]
+v = [x for x in r if x["tensor"] == "v"][0]
+assert abs(v["tni"] - 8.0) < 1e-9, v["tni"]
+assert abs(v["norm"]["median"] - 3.0) < 1e-9, v["norm"]["median"]   # norms 1 2 4 8: median 3
+assert abs(v["channel_spread"] - 8.0 / 3.0) < 1e-9, v["channel_spread"]  # absmax 8 4 2 1: median 3
+assert v["norm"]["min_over_median"] == 1.0 / 3.0
+k = [x for x in r if x["tensor"] == "k"][0]
+assert k["tni"] == 1.0 and k["n_outliers"] == 0
+print("ok   foreign dump numbers: TNI 8, median 3, channel spread 8/3")
+PY
+else
+  echo "skip foreign dump: no Python with h5py (install python3-h5py)"
+fi
+
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]
