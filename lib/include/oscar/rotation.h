@@ -39,6 +39,10 @@ int bit_reverse(int i, int d);
 // Permutation matrix P with P(i, bitrev(i)) = 1: x P moves entry i to position bitrev(i).
 Eigen::MatrixXd bit_reversal_permutation(int d);
 
+// Eigendecomposition of a symmetric matrix C (SelfAdjointEigenSolver, double): `values` descending,
+// `vectors` the matching unit eigenvectors as columns, each signed so its largest-|.| entry is positive.
+void eigen_descending(const Eigen::MatrixXd& C, Eigen::VectorXd& values, Eigen::MatrixXd& vectors);
+
 // OSCAR (arXiv 2605.17757): per-layer covariance-aware rotations fitted on a calibration dump.
 // C_K = mean over KV heads h of Q_h^T Q_h / n (Q_h: post-RoPE queries of the query heads sharing h);
 // C_V = mean over h of V_h^T diag(w) V_h / n, w_t = k_t C_K k_t^T normalized to mean 1.
@@ -52,9 +56,20 @@ struct CovarianceRotations {
   std::vector<Eigen::MatrixXd> key_eigenvectors, value_eigenvectors;
 };
 class DumpReader;
+struct DumpInfo;
+// Streams the calibration dump one layer at a time; a Progress bar over layers when `progress`.
 CovarianceRotations fit_covariance_rotations(const DumpReader& calibration, bool progress);
 Eigen::MatrixXd covariance_rotation_matrix(const Eigen::MatrixXd& eigenvectors, const std::string& order);
 void save_covariance_rotations(const CovarianceRotations& c, const std::string& path);  // HDF5, atomic
+// Validates format, version, attributes and shapes; throws Error naming `path` on any problem.
 CovarianceRotations load_covariance_rotations(const std::string& path);
+// Throws unless `c` was fitted on the model (name, checkpoint sha256, head_dim, n_layers) of `eval`.
+void check_calibration_matches(const CovarianceRotations& c, const DumpInfo& eval, const std::string& eval_path);
+
+// The rotation a recipe asks for: None -> identity, Hadamard, RandomizedHadamard(seed),
+// RandomOrthogonal(seed), Covariance -> dense(covariance_rotation_matrix(*covariance_eigenvectors,
+// spec.order)). covariance_eigenvectors is used (and required non-null) only for Covariance.
+std::unique_ptr<Rotation> make_rotation(const RotationSpec& spec, int head_dim,
+                                        const Eigen::MatrixXd* covariance_eigenvectors);
 
 }  // namespace oscar
