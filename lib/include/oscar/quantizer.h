@@ -16,13 +16,19 @@ struct QuantizedBlock {
   std::vector<uint8_t> codes;        // [tokens * dim], row-major, one code per byte (unpacked)
   std::vector<GroupParams> params;   // per-token: [tokens][dim/group]; per-channel: [tokens/group][dim]
   std::vector<float> clip_used;      // per group: clip ratio chosen (== spec.clip_ratio unless clip_search)
-  std::vector<float> token_norms;    // LloydMax only: stored per-token norms
+                                     // (clip search: grid 1.00, 0.98, ..., 0.50 and spec.clip_ratio;
+                                     // least squared error, ties to the larger ratio); empty for LloydMax
+  std::vector<float> token_norms;    // LloydMax only: stored per-token norms (params empty)
 };
 
 // Throws Error for a spec the block cannot take (bits out of 1..8, symmetric with 1 bit, group not
-// dividing dim (per-token) or tokens (per-channel), non-positive clip ratio).
+// dividing dim (per-token) or tokens (per-channel), clip ratio outside (0, 1], LloydMax with more than
+// 4 bits). bits = 16 (not quantized) is accepted; LloydMax ignores group and symmetric.
 void validate_spec(const TensorQuant& spec, int tokens, int dim);
 
+// LloydMax: n = stored ||x_t||, u = x / n (float), s = 1 / sqrt(dim) (double); code = number of
+// float(threshold * s) < u; x^ = float(level[code] * s) * n (a zero norm gives codes 0 and x^ = 0).
+// Throws Error for an invalid spec, bits = 16, a non-finite input or parameters overflowing scale_dtype.
 QuantizedBlock quantize_block(const float* x, int tokens, int dim, const TensorQuant& spec);
 void dequantize_block(const QuantizedBlock& q, float* out);  // [tokens * dim]
 
@@ -37,7 +43,7 @@ struct BitCost {
 BitCost block_bits(const TensorQuant& spec, int tokens, int dim);
 
 // Lloyd-Max reconstruction levels (2^bits, ascending) and decision thresholds (2^bits - 1) for the
-// standard normal distribution; scaled by sigma by the caller.
+// standard normal distribution; scaled by sigma by the caller. bits 1..4; computed once per process.
 struct LloydMaxCodebook {
   std::vector<double> levels, thresholds;
 };
