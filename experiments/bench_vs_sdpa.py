@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""bench_vs_sdpa.py: oscar-kv decode attention (INT2/INT4 oscar-cov caches, our BF16 kernel) against
+PyTorch SDPA backends on the same GQA decode shapes, in one process.
+
+Loads build/kernels/liboscar_kernels.so through ctypes (the C API of kernels/include/oscar_kv.h) and
+times, with CUDA events (warm-up, median of repeats, caches rotated so that each repeat reads >= 256 MB,
+more than the 50 MB L2): torch SDPA (flash, cuDNN, efficient, math; bf16, enable_gqa=True), our BF16
+kernel, our INT2/INT4 kernels, plus the prefill-quantize kernel and a device-to-device copy.
+Usage: python3 experiments/bench_vs_sdpa.py [--lib build/kernels/liboscar_kernels.so] [--batch 1 8 32]
+       [--ctx 4096 32768 131072] [--json out.json]
+"""
+import argparse
+import ctypes as C
+import json
+import math
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+D, SINK, RECENT = 128, 64, 256
+
+
+class KvCache(C.Structure):
+    _fields_ = [("batch", C.c_int32), ("num_kv_heads", C.c_int32), ("head_dim", C.c_int32), ("bits", C.c_int32),
+                ("sink", C.c_int32), ("recent", C.c_int32), ("body_capacity", C.c_int64),
+                ("clip_k", C.c_float), ("clip_v", C.c_float)] + \
+               [(n, C.c_void_p) for n in ("k_sink", "v_sink", "k_recent", "v_recent", "k_codes", "v_codes",
+                                          "k_params", "v_params")]
+
+
+class Err(C.Structure):
+    _fields_ = [("message", C.c_char * 512)]
+
+
+def load(path):
+    lib = C.CDLL(path)
+    vp, i32, i64, f32 = C.c_void_p, C.c_int32, C.c_int64, C.c_float
+    lib.oscar_kv_prefill.argtypes = [C.POINTER(KvCache), vp, vp, vp, i32, vp, C.POINTER(Err)]
+    lib.oscar_kv_decode.argtypes = [C.POINTER(KvCache), vp, i32, vp, i32, f32, vp, vp, C.c_size_t, vp, C.POINTER(Err)]
+    lib.oscar_bf16_decode.argtypes = [vp, vp, i32, i32, i64, i32, vp, i32, vp, i32, f32, vp, vp, C.c_size_t, vp,
+                                      C.POINTER(Err)]
+    lib.oscar_kv_decode_workspace_bytes.argtypes = [i32, i32, i32, i32, i32, i32]
+    lib.oscar_kv_decode_workspace_bytes.restype = C.c_size_t
+    for f in (lib.oscar_kv_prefill, lib.oscar_kv_decode, lib.oscar_bf16_decode):
+        f.restype = C.c_int
+    return lib
+
+
+def check(status, err, what):
+    if status != 0:
+        raise RuntimeError(f"{what}: status {status}: {err.message.decode()}")
+
+
+def median_us(fn, warmup=5, reps=30):
+    for i in range(warmup):
+        fn(i)
+    torch.cuda.synchronize()
+    ts = []
+    for i in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn(warmup + i)
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(ts)
+
+
+def copy_tbps():
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(1)
+    b = torch.empty_like(a)
+    us = median_us(lambda i: b.copy_(a), 3, 20)
+    del a, b
+    return 2 * n / (us * 1e-6) / 1e12
+
+
+def body_tokens(L):
+    return max(0, L - SINK - RECENT)
+
+
+def int_read_bytes(L, bits):  # per (sequence, KV head), K + V
+    nb = body_tokens(L)
+    return (L - nb) * 4 * D + nb * 2 * (D * bits // 8 + 4)
+
+
+def state_bytes(L, bits):
+    return (SINK + RECENT) * 4 * D + body_tokens(L) * 2 * (D * bits // 8 + 4)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", default="build/kernels/liboscar_kernels.so")
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--ctx", type=int, nargs="+", default=[4096, 16384, 32768, 65536, 131072])
+    ap.add_argument("--q-heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    lib = load(args.lib)
+    hq, hkv = args.q_heads, args.kv_heads
+    dev = torch.cuda.get_device_name()
+    cp = copy_tbps()
+    print(f"device: {dev}; torch {torch.__version__}; copy (read+write) {cp:.3f} TB/s")
+    results = []
+    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("math", SDPBackend.MATH)]
+    err = Err()
+    scale = 1.0 / math.sqrt(D)
+    for B in args.batch:
+        for L in args.ctx:
+            bf16_bytes = B * hkv * L * D * 2 * 2
+            nrot = max(1, min(64, math.ceil(256e6 / bf16_bytes)))
+            free, _ = torch.cuda.mem_get_info()
+            if nrot * bf16_bytes * 1.7 + 2e9 > free:
+                print(f"skip B={B} L={L}: not enough memory")
+                continue
+            ks = [torch.randn(B, hkv, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(nrot)]
+            vs = [torch.randn(B, hkv, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(nrot)]
+            q = torch.randn(B, hq, 1, D, device="cuda", dtype=torch.bfloat16)
+            lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
+            out = torch.empty(B, hq, D, dtype=torch.float32, device="cuda")
+            row = {"batch": B, "ctx": L, "bf16_bytes": bf16_bytes, "sdpa": {}}
+            for name, be in backends:
+                if name == "math" and bf16_bytes * 4 > 8e9:
+                    row["sdpa"][name] = None  # math expands GQA K/V: skip the huge shapes
+                    continue
+                try:
+                    with sdpa_kernel(be):
+                        def run(i):
+                            F.scaled_dot_product_attention(q, ks[i % nrot], vs[i % nrot], enable_gqa=True)
+                        us = median_us(run, 3, args.reps)
+                    row["sdpa"][name] = us
+                except Exception as e:  # backend does not accept the shape
+                    row["sdpa"][name] = None
+                    print(f"  sdpa {name} B={B} L={L}: unavailable ({str(e).splitlines()[0][:80]})")
+                torch.cuda.empty_cache()
+            ws_bytes = max(lib.oscar_kv_decode_workspace_bytes(B, hq, hkv, D, L, 0),
+                           lib.oscar_kv_decode_workspace_bytes(B, hq, hkv, D, L, 1))
+            ws = torch.empty(ws_bytes // 4 + 4, dtype=torch.float32, device="cuda")
+
+            def run16(i):
+                check(lib.oscar_bf16_decode(ks[i % nrot].data_ptr(), vs[i % nrot].data_ptr(), B, hkv, L, D, q.data_ptr(), hq,
+                                            lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(), ws_bytes, None,
+                                            C.byref(err)), err, "oscar_bf16_decode")
+            row["ours_bf16_us"] = median_us(run16, 5, args.reps)
+            # Correctness spot check of our BF16 kernel against SDPA on this shape.
+            ref = F.scaled_dot_product_attention(q, ks[0], vs[0], enable_gqa=True).float().squeeze(2)
+            run16(0)
+            torch.cuda.synchronize()
+            row["ours_bf16_rel_err_vs_sdpa"] = float((out - ref).norm() / ref.norm())
+            for bits in (2, 4):
+                cap = body_tokens(L)
+                bh = B * hkv
+                bufs = []
+                caches = []
+                for r in range(nrot):
+                    t = {n: torch.empty(s, dtype=torch.uint8, device="cuda") for n, s in (
+                        ("k_sink", bh * SINK * D * 2), ("v_sink", bh * SINK * D * 2), ("k_recent", bh * RECENT * D * 2),
+                        ("v_recent", bh * RECENT * D * 2), ("k_codes", max(16, bh * cap * D * bits // 8)),
+                        ("v_codes", max(16, bh * cap * D * bits // 8)), ("k_params", max(16, bh * cap * 4)),
+                        ("v_params", max(16, bh * cap * 4)))}
+                    c = KvCache(B, hkv, D, bits, SINK, RECENT, cap, 0.96, 0.92, *[t[n].data_ptr() for n in (
+                        "k_sink", "v_sink", "k_recent", "v_recent", "k_codes", "v_codes", "k_params", "v_params")])
+                    bufs.append(t)
+                    caches.append(c)
+
+                def pre(i):
+                    r = i % nrot
+                    check(lib.oscar_kv_prefill(C.byref(caches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L, None,
+                                               C.byref(err)), err, "oscar_kv_prefill")
+                pre_us = median_us(pre, nrot, max(nrot, args.reps // 2))
+                pre_bytes = bf16_bytes + sum(x.numel() for x in bufs[0].values())
+
+                def dec(i):
+                    check(lib.oscar_kv_decode(C.byref(caches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale,
+                                              out.data_ptr(), ws.data_ptr(), ws_bytes, None, C.byref(err)), err, "oscar_kv_decode")
+                us = median_us(dec, 5, args.reps)
+                dec(0)
+                torch.cuda.synchronize()
+                row[f"int{bits}_rel_err_vs_sdpa_bf16"] = float((out - ref).norm() / ref.norm())
+                row[f"int{bits}_us"] = us
+                row[f"int{bits}_read_bytes"] = B * hkv * int_read_bytes(L, bits)
+                row[f"int{bits}_prefill_us"] = pre_us
+                row[f"int{bits}_prefill_tbps"] = pre_bytes / (pre_us * 1e-6) / 1e12
+                del bufs, caches
+            del ks, vs, ws
+            torch.cuda.empty_cache()
+            results.append(row)
+
+    print(f"\n### Decode vs PyTorch SDPA ({dev}; {hq} q / {hkv} KV heads, head_dim {D}; copy {cp:.3f} TB/s)\n")
+    print("| batch | ctx | best SDPA (us) | backend | SDPA TB/s | ours bf16 (us) | int2 (us) | int2 TB/s | int2 vs copy | "
+          "int2 x best SDPA | int2 x our bf16 | int4 (us) | int4 x best SDPA | int2 prefill TB/s | KV/seq bf16 -> int2 (128K) |")
+    print("|" + "---|" * 15)
+    for r in results:
+        avail = {k: v for k, v in r["sdpa"].items() if v}
+        best_name, best = (min(avail.items(), key=lambda kv: kv[1]) if avail else ("none", float("nan")))
+        B, L = r["batch"], r["ctx"]
+        int2_tbps = r["int2_read_bytes"] / (r["int2_us"] * 1e-6) / 1e12
+        r["best_sdpa"] = best_name
+        r["best_sdpa_us"] = best
+        r["int2_speedup_vs_best_sdpa"] = best / r["int2_us"]
+        r["int4_speedup_vs_best_sdpa"] = best / r["int4_us"]
+        r["int2_speedup_vs_ours_bf16"] = r["ours_bf16_us"] / r["int2_us"]
+        r["int2_frac_copy"] = int2_tbps / cp
+        mem_ratio = (131072 * 4 * D) / state_bytes(131072, 2)
+        print(f"| {B} | {L} | {best:.1f} | {best_name} | {r['bf16_bytes'] / (best * 1e-6) / 1e12:.2f} | {r['ours_bf16_us']:.1f} | "
+              f"{r['int2_us']:.1f} | {int2_tbps:.2f} | {100 * int2_tbps / cp:.0f}% | {best / r['int2_us']:.2f}x | "
+              f"{r['ours_bf16_us'] / r['int2_us']:.2f}x | {r['int4_us']:.1f} | {best / r['int4_us']:.2f}x | "
+              f"{r['int2_prefill_tbps']:.2f} | {mem_ratio:.2f}x |")
+    print("\nrel. error vs SDPA bf16 output (ours bf16 / int2 / int4), per shape:")
+    for r in results:
+        print(f"  B={r['batch']} L={r['ctx']}: {r['ours_bf16_rel_err_vs_sdpa']:.2e} / {r['int2_rel_err_vs_sdpa_bf16']:.2e} / "
+              f"{r['int4_rel_err_vs_sdpa_bf16']:.2e}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": dev, "torch": torch.__version__, "copy_tbps": cp, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+/* oscar_kv.h: C API of the quantized KV cache (recipe oscar-cov; layout in oscar/kv_cache_format.h)
+ * and of the decode-attention kernels. Same contract as oscar_kernels.h: oscar_status return, message in
+ * *err, device pointers from cudaMalloc, stream as void*, no global state, asynchronous on `stream`.
+ * Supported: head_dim 128; body bits 2 or 4; query heads a multiple of KV heads with at most 8 query
+ * heads per KV head (GQA). All bf16 tensors are raw uint16 bf16 bits. */
+#ifndef OSCAR_KV_H
+#define OSCAR_KV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "oscar_kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct oscar_kv_cache {
+  int32_t batch, num_kv_heads, head_dim, bits; /* bits: 2 or 4 */
+  int32_t sink, recent;                        /* BF16 window sizes in tokens (64, 256 for oscar-cov) */
+  int64_t body_capacity;                       /* packed body tokens per (sequence, KV head) */
+  float clip_k, clip_v;                        /* 0.96, 0.92 for oscar-cov */
+  void* k_sink; void* v_sink;                  /* bf16 [B*Hkv][sink][head_dim] (16-byte aligned) */
+  void* k_recent; void* v_recent;              /* bf16 [B*Hkv][recent][head_dim] ring */
+  void* k_codes; void* v_codes;                /* uint8 [B*Hkv][body_capacity][head_dim*bits/8] */
+  void* k_params; void* v_params;              /* fp16 (scale, zero) [B*Hkv][body_capacity][2] */
+} oscar_kv_cache;
+
+/* Tokens one (sequence, KV head) can hold: sink + body_capacity + recent. */
+int64_t oscar_kv_capacity(const oscar_kv_cache* cache);
+
+/* Prefill: writes tokens [0, seq_lens[b]) of every sequence from k, v: bf16 [B][Hkv][max_len][head_dim]
+ * (already rotated). seq_lens: device int32 [B], each <= max_len (larger values are clamped to max_len);
+ * max_len <= capacity. Sink/recent tokens are copied, body tokens quantized (codes bit-exact with
+ * oscar::quantize_value on the CPU). */
+oscar_status oscar_kv_prefill(const oscar_kv_cache* cache, const void* k, const void* v,
+                              const int32_t* seq_lens, int32_t max_len, void* stream, oscar_error* err);
+
+/* Decode append: token t = seq_lens[b] of each sequence from k_new, v_new: bf16 [B][Hkv][head_dim];
+ * demotes the oldest recent token into the body when the window is full. Does NOT modify seq_lens
+ * (the caller increments them). max_seq_len (host): an upper bound of seq_lens; max_seq_len + 1 must
+ * not exceed the capacity. */
+oscar_status oscar_kv_append(const oscar_kv_cache* cache, const void* k_new, const void* v_new,
+                             const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err);
+
+/* Workspace bytes oscar_kv_decode / oscar_bf16_decode need for these shapes on the current device. */
+size_t oscar_kv_decode_workspace_bytes(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
+                                       int32_t head_dim, int32_t max_seq_len, int32_t quantized);
+
+/* Decode attention, one query per sequence: q bf16 [B][Hq][head_dim] (rotated by R_K), out float32
+ * [B][Hq][head_dim] (still rotated by R_V), out_h = softmax(scale * q_h K^T) V over the L_b cached
+ * tokens of KV head h / (Hq/Hkv). Split-KV with an exact log-sum-exp merge. */
+oscar_status oscar_kv_decode(const oscar_kv_cache* cache, const void* q, int32_t num_q_heads,
+                             const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale, float* out,
+                             void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
+
+/* The like-for-like BF16 baseline: k, v bf16 [B][Hkv][capacity][head_dim], same structure and merge. */
+oscar_status oscar_bf16_decode(const void* k, const void* v, int32_t batch, int32_t num_kv_heads,
+                               int64_t capacity, int32_t head_dim, const void* q, int32_t num_q_heads,
+                               const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale, float* out,
+                               void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OSCAR_KV_H */

@@ -1,0 +1,908 @@
+// kv_cache.cu: oscar-cov quantized KV cache (layout: oscar/kv_cache_format.h): prefill quantize,
+// decode append with window demotion, split-KV decode attention over INT2/INT4 bodies with BF16
+// sink/recent windows, the BF16 baseline decode, and the exact log-sum-exp merge.
+//
+// Decode attention design (head_dim 128, G = Hq/Hkv <= 8 query heads per KV head, one warp = one
+// online-softmax state for all G queries, so every K/V byte is loaded once per KV head):
+//  * S^T = K Q^T on tensor cores (mma.m16n8k16: 16 tokens x 8 query slots x 16 channels). For the
+//    packed body the A fragment is built straight from the codes: a 32-bit word holds 16 (INT2) or 8
+//    (INT4) codes; ((w >> b*i) & mask) | 0x6400 gives fp16 (1024 + code) pairs, minus 1024 = exact
+//    codes (see codes_f16x2: the 1024 bias is removed after the MMA, shifted positions are undone by a
+//    pre-scaled query). Channels are visited in a permuted order that makes each thread's fragment come
+//    from contiguous bytes; the query fragment uses the same permutation, so the dot product is unchanged.
+//    score = (scale_k * dot(q, codes) + zero_k * sum(q)) * softmax_scale * log2(e).
+//  * O^T = V^T P'^T, P' = p * scale_v (bf16), plus Z = sum p * zero_v added to every channel; the
+//    V^T fragment pairs two tokens of one channel via PRMT, then the same magic-number dequant (bf16,
+//    128 + code). P' goes through 256 bytes of shared memory per warp to change fragment layout.
+//  * BF16 sink/recent tokens (and the whole BF16 baseline) use bf16 MMAs on the stored rows directly.
+//  * Each warp keeps (m, l, acc) in fp32; the block's warps are combined exactly in shared memory and
+//    each block writes one partial (split); a second kernel merges the splits of a (sequence, query
+//    head) exactly: o = sum_p 2^(m_p - M) o_p / sum_p 2^(m_p - M) l_p (log2 domain throughout).
+//  * Grid: (splits + 1) x (batch * kv_heads); split `nsplit` handles the BF16 windows, the others equal
+//    slices of the body; sequences shorter than a slice leave empty partials (m = -inf, l = 0).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "api_util.h"
+#include "oscar/kv_cache_format.h"
+#include "oscar/quant_rules.h"
+#include "oscar_kv.h"
+
+namespace oscar::kernels {
+namespace {
+
+// Tuning knobs (defaults chosen on the H100, BENCHMARKS.md): decode blocks per SM the register
+// allocation must allow for INT2 / INT4 bodies (INT2 at 4 blocks spills ~200 bytes but hides latency
+// better; INT4 at 4 blocks lost), two independent accumulator chains for the 8 QK MMAs, tokens per
+// warp iteration on the packed body.
+#ifndef OSCAR_KV_MIN_BLOCKS_INT2
+#define OSCAR_KV_MIN_BLOCKS_INT2 4
+#endif
+#ifndef OSCAR_KV_MIN_BLOCKS_INT4
+#define OSCAR_KV_MIN_BLOCKS_INT4 1
+#endif
+#ifndef OSCAR_KV_QK_SPLIT
+#define OSCAR_KV_QK_SPLIT 1
+#endif
+#ifndef OSCAR_KV_INT_CHUNK
+#define OSCAR_KV_INT_CHUNK 64
+#endif
+constexpr int kHD = 128;     // the compiled head_dim
+constexpr int kWarps = 4;    // warps per decode block
+static_assert(kWarps * 32 == 128, "block_partial maps one thread to one channel of head_dim 128");
+constexpr int kQSlots = 8;   // query slots per KV head (mma N)
+constexpr int kIntChunk = OSCAR_KV_INT_CHUNK;  // tokens per warp iteration on the packed body (sub-tiles of 16)
+constexpr int kBf16Chunk = 16;
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// ---------------------------------------------------------------------------------------------
+// Quantization (shared by prefill and append): a half-warp holds one 128-channel row, 8 channels
+// per lane. Returns the lane's packed code bits and the (scale, zero) fp16 pair.
+template <int BITS>
+__device__ __forceinline__ void quantize_row16(const float (&x)[8], float clip, uint32_t& code_bits,
+                                               uint32_t& params) {
+  float mn = x[0], mx = x[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) { mn = fminf(mn, x[i]); mx = fmaxf(mx, x[i]); }
+#pragma unroll
+  for (int o = 1; o < 16; o <<= 1) {
+    mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o, 16));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o, 16));
+  }
+  // clip * min and clip * max rounded once each (no FMA), exactly as the CPU computes them.
+  const float lo = __fmul_rn(clip, mn), hi = __fmul_rn(clip, mx);
+  const GroupParams p = group_params(lo, hi, BITS, false, 1.0f, ScaleDtype::F16);
+  uint32_t bits = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    bits |= static_cast<uint32_t>(quantize_value(x[i], p, BITS, false, Rounding::HalfEven)) << (BITS * i);
+  code_bits = bits;
+  params = static_cast<uint32_t>(float_to_half_bits(p.scale)) | (static_cast<uint32_t>(float_to_half_bits(p.zero)) << 16);
+}
+
+__device__ __forceinline__ void bf16x8_to_float(const uint4 v, float (&x)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[2 * i] = __uint_as_float(w[i] << 16);
+    x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+template <int BITS>
+__device__ __forceinline__ void store_codes(uint8_t* row, int lane16, uint32_t bits) {
+  if constexpr (BITS == 2) reinterpret_cast<uint16_t*>(row)[lane16] = static_cast<uint16_t>(bits);
+  else reinterpret_cast<uint32_t*>(row)[lane16] = bits;
+}
+
+struct CacheView {
+  int B, Hkv, S, W;
+  int64_t cap;
+  float clip_k, clip_v;
+  uint16_t *ks, *vs, *kr, *vr;
+  uint8_t *kc, *vc;
+  uint32_t *kp, *vp;
+};
+
+// Prefill: a half-warp per (bh, t) row; K and V both handled by it.
+template <int BITS>
+__global__ void __launch_bounds__(256) kv_prefill_kernel(CacheView c, const uint16_t* __restrict__ k,
+                                                          const uint16_t* __restrict__ v,
+                                                          const int32_t* __restrict__ lens, int max_len) {
+  constexpr int CB = kHD * BITS / 8;
+  const int lane16 = threadIdx.x & 15;
+  const int64_t total = static_cast<int64_t>(c.B) * c.Hkv * max_len;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * (blockDim.x / 16);
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 16); row0 < total; row0 += stride) {
+    // every lane of the warp runs the shuffles; rows past the end are computed on a clamped row
+    int64_t row = row0 + (threadIdx.x >> 4);
+    const bool in_range = row < total;
+    if (!in_range) row = total - 1;
+    // 32-bit index math (the API bounds batch * kv_heads * max_len below 2^32)
+    const uint32_t bh32 = static_cast<uint32_t>(row) / static_cast<uint32_t>(max_len);
+    const int64_t bh = bh32;
+    const int t = static_cast<int>(static_cast<uint32_t>(row) - bh32 * static_cast<uint32_t>(max_len));
+    const int b = static_cast<int>(bh / c.Hkv);
+    int len = lens[b];
+    len = len < 0 ? 0 : (len > max_len ? max_len : len);
+    const bool live = in_range && t < len;
+    const uint4 kin = reinterpret_cast<const uint4*>(k + row * kHD)[lane16];
+    const uint4 vin = reinterpret_cast<const uint4*>(v + row * kHD)[lane16];
+    float kx[8], vx[8];
+    bf16x8_to_float(kin, kx);
+    bf16x8_to_float(vin, vx);
+    uint32_t kbits, kpar, vbits, vpar;
+    quantize_row16<BITS>(kx, c.clip_k, kbits, kpar);
+    quantize_row16<BITS>(vx, c.clip_v, vbits, vpar);
+    if (!live) continue;
+    const int64_t nb = kvfmt::body_tokens(len, c.S, c.W);
+    if (t < c.S) {
+      reinterpret_cast<uint4*>(c.ks + (bh * c.S + t) * kHD)[lane16] = kin;
+      reinterpret_cast<uint4*>(c.vs + (bh * c.S + t) * kHD)[lane16] = vin;
+    } else if (t - c.S < nb) {
+      const int64_t bi = bh * c.cap + (t - c.S);
+      store_codes<BITS>(c.kc + bi * CB, lane16, kbits);
+      store_codes<BITS>(c.vc + bi * CB, lane16, vbits);
+      if (lane16 == 0) { c.kp[bi] = kpar; c.vp[bi] = vpar; }
+    } else {
+      const int64_t slot = bh * c.W + static_cast<int64_t>(static_cast<uint32_t>(t - c.S) % static_cast<uint32_t>(c.W));
+      reinterpret_cast<uint4*>(c.kr + slot * kHD)[lane16] = kin;
+      reinterpret_cast<uint4*>(c.vr + slot * kHD)[lane16] = vin;
+    }
+  }
+}
+
+// Append: one warp per bh; lanes 0-15 handle K, lanes 16-31 V.
+template <int BITS>
+__global__ void kv_append_kernel(CacheView c, const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
+                                 const int32_t* __restrict__ lens) {
+  constexpr int CB = kHD * BITS / 8;
+  const int64_t bh = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (bh >= static_cast<int64_t>(c.B) * c.Hkv) return;  // whole warp
+  const int lane16 = threadIdx.x & 15;
+  const bool is_v = (threadIdx.x & 16) != 0;
+  const int b = static_cast<int>(bh / c.Hkv);
+  const int64_t t = lens[b];
+  if (t < 0 || t >= c.S + c.cap + c.W) return;  // whole warp (host checked the bound)
+  const uint16_t* in = (is_v ? v : k) + bh * kHD;
+  const uint4 nin = reinterpret_cast<const uint4*>(in)[lane16];
+  if (t < c.S) {
+    reinterpret_cast<uint4*>((is_v ? c.vs : c.ks) + (bh * c.S + t) * kHD)[lane16] = nin;
+    return;
+  }
+  uint4* slot = reinterpret_cast<uint4*>((is_v ? c.vr : c.kr) + (bh * c.W + (t - c.S) % c.W) * kHD) + lane16;
+  if (t - c.S >= c.W) {  // demote token t - W (same ring slot) into body index t - W - S
+    const uint4 old = *slot;
+    float x[8];
+    bf16x8_to_float(old, x);
+    uint32_t bits, par;
+    quantize_row16<BITS>(x, is_v ? c.clip_v : c.clip_k, bits, par);
+    const int64_t bi = bh * c.cap + (t - c.W - c.S);
+    store_codes<BITS>((is_v ? c.vc : c.kc) + bi * CB, lane16, bits);
+    if (lane16 == 0) (is_v ? c.vp : c.kp)[bi] = par;
+  }
+  *slot = nin;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode attention.
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+// Magic-number dequantization without a subtraction: the pair (code i, code i + 16/BITS) of word w
+// becomes the 16-bit float pair (MAGIC + code * 2^(BITS*pos)), pos = i % NP, where NP codes fit in the
+// mantissa at once (fp16: 10 bits, bf16: 7 bits), so only every NP-th pair needs a shift: one LOP3 per
+// pair. The kernels remove MAGIC * sum(other operand) after the MMA and the 2^(BITS*pos) factor by
+// pre-scaling the query (QK) or post-scaling the output channel (PV), both exact powers of two.
+template <int BITS, int MANT>
+struct MagicPos {
+  static constexpr int NP = (MANT - BITS) / BITS + 1;
+  static constexpr int shift(int i) { return (i / NP) * NP * BITS; }
+  static constexpr int pos(int i) { return i % NP; }
+};
+template <int BITS>
+__device__ __forceinline__ uint32_t codes_f16x2(uint32_t w, int i) {  // value 1024 + code * 2^(BITS*pos)
+  using M = MagicPos<BITS, 10>;
+  constexpr uint32_t mask = BITS == 2 ? 0x00030003u : 0x000F000Fu;
+  return ((w >> M::shift(i)) & (mask << (BITS * M::pos(i)))) | 0x64006400u;
+}
+template <int BITS>
+__device__ __forceinline__ uint32_t codes_bf16x2(uint32_t w, int i) {  // value 128 + code * 2^(BITS*pos)
+  using M = MagicPos<BITS, 7>;
+  constexpr uint32_t mask = BITS == 2 ? 0x00030003u : 0x000F000Fu;
+  return ((w >> M::shift(i)) & (mask << (BITS * M::pos(i)))) | 0x43004300u;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
+  __nv_bfloat162 r = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+__device__ __forceinline__ float bf16f(uint16_t x) { return __uint_as_float(static_cast<uint32_t>(x) << 16); }
+__device__ __forceinline__ float half_lo(uint32_t x) { return __half2float(__ushort_as_half(static_cast<uint16_t>(x))); }
+__device__ __forceinline__ float half_hi(uint32_t x) { return __half2float(__ushort_as_half(static_cast<uint16_t>(x >> 16))); }
+
+// One warp's online-softmax state for query slots 2t, 2t+1 (t = lane & 3).
+struct WarpState {
+  float acc[8][4];  // [m-tile][c0..c3]: (channel 16g+mt, q 2t), (.., q 2t+1), (16g+8+mt, q 2t), (.., 2t+1)
+  float m[2], l[2], z[2], sp[2];  // sp: sum of the bf16-rounded P' fed to the PV MMA (its 128 bias)
+};
+
+__device__ __forceinline__ void state_init(WarpState& st) {
+#pragma unroll
+  for (int mt = 0; mt < 8; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st.acc[mt][i] = 0.f;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) { st.m[j] = -INFINITY; st.l[j] = 0.f; st.z[j] = 0.f; st.sp[j] = 0.f; }
+}
+
+// s[u][i] in log2 units (masked = -inf, at least one finite): rescale the state to the new max and
+// turn s into probabilities.
+template <int SUB>
+__device__ __forceinline__ void softmax_step(WarpState& st, float (&s)[SUB][4]) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < SUB; ++u) mx = fmaxf(mx, fmaxf(s[u][j], s[u][2 + j]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+    const float mnew = fmaxf(st.m[j], mx);
+    const float alpha = exp2f(st.m[j] - mnew);  // m = -inf -> 0
+    st.m[j] = mnew;
+    st.l[j] *= alpha;
+    st.z[j] *= alpha;
+    st.sp[j] *= alpha;
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt) { st.acc[mt][j] *= alpha; st.acc[mt][2 + j] *= alpha; }
+#pragma unroll
+    for (int u = 0; u < SUB; ++u) {
+      s[u][j] = exp2f(s[u][j] - mnew);
+      s[u][2 + j] = exp2f(s[u][2 + j] - mnew);
+      st.l[j] += s[u][j] + s[u][2 + j];
+    }
+  }
+}
+
+// P' (C layout, tokens g / g+8, queries 2t, 2t+1) -> B fragment (tokens 2t.. / 2t+8.., query g).
+__device__ __forceinline__ void p_to_bfrag(uint16_t* ps, int g, int t, float p00, float p01, float p10, float p11,
+                                           uint32_t (&b)[2]) {
+  __syncwarp();
+  uint32_t* row = reinterpret_cast<uint32_t*>(ps);
+  row[g * 4 + t] = pack_bf16(p00, p01);        // ps[g][2t], ps[g][2t+1]
+  row[(g + 8) * 4 + t] = pack_bf16(p10, p11);  // ps[g+8][2t..]
+  __syncwarp();
+  b[0] = static_cast<uint32_t>(ps[(2 * t) * 8 + g]) | (static_cast<uint32_t>(ps[(2 * t + 1) * 8 + g]) << 16);
+  b[1] = static_cast<uint32_t>(ps[(2 * t + 8) * 8 + g]) | (static_cast<uint32_t>(ps[(2 * t + 9) * 8 + g]) << 16);
+}
+
+// Packed-body chunk: tokens [base, base + n) of one (b, h) body, n in [1, 64].
+template <int BITS>
+__device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* __restrict__ kc, const uint8_t* __restrict__ vc,
+                                          const uint32_t* __restrict__ kp, const uint32_t* __restrict__ vp,
+                                          int64_t base, int n, const uint32_t (&qf)[8][2], const float (&qsum)[2],
+                                          const float (&qbias)[2], float sl2, uint16_t* ps, int g, int t) {
+  constexpr int SUB = kIntChunk / 16;
+  constexpr int CB = kHD * BITS / 8;  // bytes per token row
+  constexpr int KW = BITS;            // words per thread per token for QK (CB / 4 / 4)
+  constexpr int VW = BITS / 2;        // words per thread per token for PV (CB / 8 / 4)
+  constexpr int PW = 16 / BITS;       // code pairs per word
+  uint32_t kw[SUB][2][KW], vw[SUB][4][VW], kpar[SUB][2], vpar[SUB][2];
+#pragma unroll
+  for (int u = 0; u < SUB; ++u) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int i = min(16 * u + g + 8 * r, n - 1);
+      const uint32_t* src = reinterpret_cast<const uint32_t*>(kc + (base + i) * CB) + t * KW;
+      if constexpr (KW == 2) {
+        const uint2 x = *reinterpret_cast<const uint2*>(src);
+        kw[u][r][0] = x.x; kw[u][r][1] = x.y;
+      } else {
+        const uint4 x = *reinterpret_cast<const uint4*>(src);
+        kw[u][r][0] = x.x; kw[u][r][1] = x.y; kw[u][r][2] = x.z; kw[u][r][3] = x.w;
+      }
+      kpar[u][r] = kp[base + i];
+      vpar[u][r] = vp[base + i];
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int i = min(16 * u + 2 * t + (r & 1) + 8 * (r >> 1), n - 1);
+      const uint32_t* src = reinterpret_cast<const uint32_t*>(vc + (base + i) * CB) + g * VW;
+      if constexpr (VW == 1) {
+        vw[u][r][0] = *src;
+      } else {
+        const uint2 x = *reinterpret_cast<const uint2*>(src);
+        vw[u][r][0] = x.x; vw[u][r][1] = x.y;
+      }
+    }
+  }
+  // Scores.
+  float s[SUB][4];
+#pragma unroll
+  for (int u = 0; u < SUB; ++u) {
+    float c[4] = {0.f, 0.f, 0.f, 0.f};
+#if OSCAR_KV_QK_SPLIT
+    float c2[4] = {0.f, 0.f, 0.f, 0.f};
+#endif
+#pragma unroll
+    for (int ks = 0; ks < 8; ++ks) {
+      const int q0 = 2 * ks, q1 = 2 * ks + 1;
+      const uint32_t a[4] = {codes_f16x2<BITS>(kw[u][0][q0 / PW], q0 % PW), codes_f16x2<BITS>(kw[u][1][q0 / PW], q0 % PW),
+                             codes_f16x2<BITS>(kw[u][0][q1 / PW], q1 % PW), codes_f16x2<BITS>(kw[u][1][q1 / PW], q1 % PW)};
+#if OSCAR_KV_QK_SPLIT
+      if (ks & 1) mma_f16(c2, a, qf[ks]);
+      else
+#endif
+      mma_f16(c, a, qf[ks]);
+    }
+#if OSCAR_KV_QK_SPLIT
+#pragma unroll
+    for (int i = 0; i < 4; ++i) c[i] += c2[i];
+#endif
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float ksc = half_lo(kpar[u][r]), kz = half_hi(kpar[u][r]);
+      const bool valid = 16 * u + g + 8 * r < n;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        s[u][2 * r + j] = valid ? (ksc * (c[2 * r + j] - qbias[j]) + kz * qsum[j]) * sl2 : -INFINITY;
+    }
+  }
+  softmax_step<SUB>(st, s);
+  // P V.
+#pragma unroll
+  for (int u = 0; u < SUB; ++u) {
+    float pp[4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float vsc = half_lo(vpar[u][r]), vz = half_hi(vpar[u][r]);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        st.z[j] += s[u][2 * r + j] * vz;
+        pp[2 * r + j] = __bfloat162float(__float2bfloat16_rn(s[u][2 * r + j] * vsc));
+        st.sp[j] += pp[2 * r + j];
+      }
+    }
+    uint32_t b[2];
+    p_to_bfrag(ps, g, t, pp[0], pp[1], pp[2], pp[3], b);
+    // Token pairs A = (2t, 2t+1), B = (2t+8, 2t+9): low / high 16-bit halves of each word.
+    uint32_t lo[2][VW], hi[2][VW];
+#pragma unroll
+    for (int pr = 0; pr < 2; ++pr)
+#pragma unroll
+      for (int w = 0; w < VW; ++w) {
+        lo[pr][w] = prmt(vw[u][2 * pr][w], vw[u][2 * pr + 1][w], 0x5410);
+        hi[pr][w] = prmt(vw[u][2 * pr][w], vw[u][2 * pr + 1][w], 0x7632);
+      }
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt) {
+      uint32_t a[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int pr = k >> 1;                  // token pair
+        const int sigma = mt + 8 * (k & 1);     // slot: channel 16g + sigma
+        const int w = sigma / (32 / BITS);      // word of the thread's slice
+        const int cidx = sigma % (32 / BITS);   // code within the word
+        const int half = cidx / PW, i = cidx % PW;
+        a[k] = codes_bf16x2<BITS>(half ? hi[pr][w] : lo[pr][w], i);
+      }
+      mma_bf16(st.acc[mt], a, b);
+    }
+  }
+}
+
+// BF16 tile: 16 logical tokens [base, base + n) (n in [1, 16]); row(i) gives the row index of
+// logical token i into kb/vb (rows of kHD bf16).
+template <class RowFn>
+__device__ __forceinline__ void bf16_tile(WarpState& st, const uint16_t* __restrict__ kb, const uint16_t* __restrict__ vb,
+                                          RowFn row, int n, const uint32_t (&qb)[8][2], float sl2, uint16_t* ps,
+                                          int g, int t) {
+  uint4 kx[2][4], vx[4][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const uint4* src = reinterpret_cast<const uint4*>(kb + row(min(g + 8 * r, n - 1)) * kHD) + t * 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) kx[r][i] = src[i];
+  }
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const uint4* src = reinterpret_cast<const uint4*>(vb + row(min(2 * t + (r & 1) + 8 * (r >> 1), n - 1)) * kHD) + g * 2;
+    vx[r][0] = src[0];
+    vx[r][1] = src[1];
+  }
+  float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks) {
+    const uint32_t* k0 = reinterpret_cast<const uint32_t*>(&kx[0][0]);
+    const uint32_t* k1 = reinterpret_cast<const uint32_t*>(&kx[1][0]);
+    const uint32_t a[4] = {k0[2 * ks], k1[2 * ks], k0[2 * ks + 1], k1[2 * ks + 1]};
+    mma_bf16(c, a, qb[ks]);
+  }
+  float s[1][4];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) s[0][2 * r + j] = (g + 8 * r < n) ? c[2 * r + j] * sl2 : -INFINITY;
+  softmax_step<1>(st, s);
+  uint32_t b[2];
+  p_to_bfrag(ps, g, t, s[0][0], s[0][1], s[0][2], s[0][3], b);
+#pragma unroll
+  for (int mt = 0; mt < 8; ++mt) {
+    uint32_t a[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int pr = k >> 1, sigma = mt + 8 * (k & 1);
+      const uint32_t* wa = reinterpret_cast<const uint32_t*>(&vx[2 * pr][0]);
+      const uint32_t* wb = reinterpret_cast<const uint32_t*>(&vx[2 * pr + 1][0]);
+      a[k] = prmt(wa[sigma / 2], wb[sigma / 2], (sigma & 1) ? 0x7632 : 0x5410);
+    }
+    mma_bf16(st.acc[mt], a, b);
+  }
+}
+
+struct DecodeArgs {
+  const uint16_t* q;
+  const int32_t* lens;
+  int Hq, Hkv, G;
+  int nsplit;
+  int64_t split_len;
+  float sl2;
+  float* part_o;   // [BH][np][8][kHD]
+  float* part_ml;  // [BH][np][8][2]
+  int np;
+};
+
+// Query fragments. INT path (fp16): pair index p of thread t maps to channels ch0 = 32t + (p/PW)*CW +
+// p%PW and ch0 + PW. BF16 path: channels 32t + 2p, +1.
+template <int BITS>
+__device__ __forceinline__ void load_q_int(const uint16_t* qrow, bool live, int t, uint32_t (&qf)[8][2], float& qpart,
+                                           float& qbias) {
+  constexpr int PW = 16 / BITS, CW = 32 / BITS;
+  qpart = 0.f;
+  qbias = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int p = 2 * ks + h;
+      const int ch0 = 32 * t + (p / PW) * CW + p % PW, ch1 = ch0 + PW;
+      // codes of pair p % PW arrive multiplied by 2^(BITS*pos): pre-divide the query (exact)
+      const float inv = 1.0f / static_cast<float>(1 << (BITS * MagicPos<BITS, 10>::pos(p % PW)));
+      const __half a0 = __float2half_rn(live ? bf16f(qrow[ch0]) : 0.f);
+      const __half b0 = __float2half_rn(live ? bf16f(qrow[ch1]) : 0.f);
+      qpart += __half2float(a0) + __half2float(b0);
+      const __half a = __float2half_rn(__half2float(a0) * inv), b = __float2half_rn(__half2float(b0) * inv);
+      qbias += 1024.0f * (__half2float(a) + __half2float(b));
+      qf[ks][h] = static_cast<uint32_t>(__half_as_ushort(a)) | (static_cast<uint32_t>(__half_as_ushort(b)) << 16);
+    }
+}
+__device__ __forceinline__ void load_q_bf16(const uint16_t* qrow, bool live, int t, uint32_t (&qb)[8][2]) {
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int ch = 32 * t + 4 * ks + 2 * h;
+      qb[ks][h] = live ? (static_cast<uint32_t>(qrow[ch]) | (static_cast<uint32_t>(qrow[ch + 1]) << 16)) : 0u;
+    }
+}
+
+struct CombineSmem {
+  float o[kWarps][kQSlots][kHD];
+  float m[kWarps][kQSlots], l[kWarps][kQSlots];
+};
+
+// Finishes each warp's state (PV bias and channel scale for packed bodies), combines the block's warps
+// exactly and writes one partial per (split, query slot).
+template <int BITS>
+__device__ __forceinline__ void block_partial(const WarpState& st0, bool quantized, const DecodeArgs& a, int64_t bh, int part,
+                                              CombineSmem& sm, int warp, int g, int t) {
+  WarpState st = st0;
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) {
+      st.l[j] += __shfl_xor_sync(0xffffffffu, st.l[j], o);
+      st.z[j] += __shfl_xor_sync(0xffffffffu, st.z[j], o);
+      st.sp[j] += __shfl_xor_sync(0xffffffffu, st.sp[j], o);
+    }
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int qs = 2 * t + j;
+#pragma unroll
+    for (int mt = 0; mt < 8; ++mt) {
+      float f = 1.f, bias = 0.f;
+      if (quantized) {
+        f = 1.0f / static_cast<float>(1 << (BITS * MagicPos<BITS, 7>::pos(mt % (16 / BITS))));
+        bias = 128.0f * st.sp[j];
+      }
+      sm.o[warp][qs][16 * g + mt] = (st.acc[mt][j] - bias) * f + st.z[j];
+      sm.o[warp][qs][16 * g + 8 + mt] = (st.acc[mt][2 + j] - bias) * f + st.z[j];
+    }
+    if (g == 0) { sm.m[warp][qs] = st.m[j]; sm.l[warp][qs] = st.l[j]; }
+  }
+  __syncthreads();
+  const int ch = threadIdx.x;  // kWarps * 32 == kHD threads
+  for (int qs = 0; qs < a.G; ++qs) {
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, sm.m[w][qs]);
+    float o = 0.f, l = 0.f;
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float e = exp2f(sm.m[w][qs] - M);
+        o += e * sm.o[w][qs][ch];
+        l += e * sm.l[w][qs];
+      }
+    }
+    const int64_t i = (bh * a.np + part) * kQSlots + qs;
+    a.part_o[i * kHD + ch] = o;
+    if (ch == 0) { a.part_ml[i * 2] = M; a.part_ml[i * 2 + 1] = l; }
+  }
+}
+
+// Quantized-cache decode. blockIdx.x = split (split == nsplit: the BF16 sink + recent windows),
+// blockIdx.y = b * Hkv + h.
+template <int BITS>
+__global__ void __launch_bounds__(kWarps * 32, BITS == 2 ? OSCAR_KV_MIN_BLOCKS_INT2 : OSCAR_KV_MIN_BLOCKS_INT4) kv_decode_kernel(CacheView c, DecodeArgs a) {
+  __shared__ __align__(16) uint16_t ps_all[kWarps][16 * 8];
+  __shared__ CombineSmem cs;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t bh = blockIdx.y;
+  const int b = static_cast<int>(bh / c.Hkv), h = static_cast<int>(bh % c.Hkv);
+  const int split = blockIdx.x;
+  const int64_t L = max(0, a.lens[b]);
+  const int64_t nb = kvfmt::body_tokens(L, c.S, c.W);
+  const uint16_t* qrow = a.q + (static_cast<int64_t>(b) * a.Hq + h * a.G + min(g, a.G - 1)) * kHD;
+  const bool qlive = g < a.G;
+  uint16_t* ps = ps_all[warp];
+  WarpState st;
+  state_init(st);
+  if (split == a.nsplit) {
+    uint32_t qb[8][2];
+    load_q_bf16(qrow, qlive, t, qb);
+    const int64_t ns = min64(L, c.S);
+    const int64_t nbf = L - nb;  // sink + recent tokens
+    const uint16_t* ks = c.ks + bh * c.S * kHD;
+    const uint16_t* vs = c.vs + bh * c.S * kHD;
+    const uint16_t* kr = c.kr + bh * c.W * kHD;
+    const uint16_t* vr = c.vr + bh * c.W * kHD;
+    for (int64_t base = warp * 16; base < nbf; base += kWarps * 16) {
+      const int n = static_cast<int>(min64(16, nbf - base));
+      if (base + n <= ns) {
+        bf16_tile(st, ks, vs, [&](int i) { return base + i; }, n, qb, a.sl2, ps, g, t);
+      } else if (base >= ns) {
+        const int64_t t0 = c.S + nb + (base - ns);  // absolute token of logical index base
+        bf16_tile(st, kr, vr, [&](int i) { return (t0 + i - c.S) % c.W; }, n, qb, a.sl2, ps, g, t);
+      } else {  // tile straddles sink and recent (only when sink is not a multiple of 16)
+        const int nsk = static_cast<int>(ns - base);
+        bf16_tile(st, ks, vs, [&](int i) { return base + min(i, nsk - 1); }, nsk, qb, a.sl2, ps, g, t);
+        const int64_t t0 = c.S + nb;
+        if (n > nsk) bf16_tile(st, kr, vr, [&](int i) { return (t0 + i - c.S) % c.W; }, n - nsk, qb, a.sl2, ps, g, t);
+      }
+    }
+  } else {
+    uint32_t qf[8][2];
+    float qpart, qb;
+    load_q_int<BITS>(qrow, qlive, t, qf, qpart, qb);
+    qpart += __shfl_xor_sync(0xffffffffu, qpart, 1);
+    qpart += __shfl_xor_sync(0xffffffffu, qpart, 2);  // sum(q) of query slot g
+    qb += __shfl_xor_sync(0xffffffffu, qb, 1);
+    qb += __shfl_xor_sync(0xffffffffu, qb, 2);
+    const float qsum[2] = {__shfl_sync(0xffffffffu, qpart, (2 * t) * 4), __shfl_sync(0xffffffffu, qpart, (2 * t + 1) * 4)};
+    const float qbias[2] = {__shfl_sync(0xffffffffu, qb, (2 * t) * 4), __shfl_sync(0xffffffffu, qb, (2 * t + 1) * 4)};
+    constexpr int CB = kHD * BITS / 8;
+    const uint8_t* kc = c.kc + bh * c.cap * CB;
+    const uint8_t* vc = c.vc + bh * c.cap * CB;
+    const uint32_t* kp = c.kp + bh * c.cap;
+    const uint32_t* vp = c.vp + bh * c.cap;
+    const int64_t start = split * a.split_len, end = min(nb, start + a.split_len);
+    for (int64_t base = start + warp * kIntChunk; base < end; base += kWarps * kIntChunk) {
+      const int n = static_cast<int>(min64(kIntChunk, end - base));
+      int_chunk<BITS>(st, kc, vc, kp, vp, base, n, qf, qsum, qbias, a.sl2, ps, g, t);
+    }
+  }
+  block_partial<BITS>(st, split != a.nsplit, a, bh, split, cs, warp, g, t);
+}
+
+// BF16 baseline: k, v [BH][cap][kHD]; blockIdx.x = split.
+__global__ void __launch_bounds__(kWarps * 32) bf16_decode_kernel(const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
+                                                                  int64_t cap, DecodeArgs a) {
+  __shared__ __align__(16) uint16_t ps_all[kWarps][16 * 8];
+  __shared__ CombineSmem cs;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t bh = blockIdx.y;
+  const int b = static_cast<int>(bh / a.Hkv), h = static_cast<int>(bh % a.Hkv);
+  const int64_t L = min64(max(0, a.lens[b]), cap);
+  const uint16_t* qrow = a.q + (static_cast<int64_t>(b) * a.Hq + h * a.G + min(g, a.G - 1)) * kHD;
+  uint32_t qb[8][2];
+  load_q_bf16(qrow, g < a.G, t, qb);
+  WarpState st;
+  state_init(st);
+  const uint16_t* kb = k + bh * cap * kHD;
+  const uint16_t* vb = v + bh * cap * kHD;
+  const int64_t start = blockIdx.x * a.split_len, end = min(L, start + a.split_len);
+  for (int64_t base = start + warp * kBf16Chunk; base < end; base += kWarps * kBf16Chunk) {
+    const int n = static_cast<int>(min64(kBf16Chunk, end - base));
+    bf16_tile(st, kb, vb, [&](int i) { return base + i; }, n, qb, a.sl2, ps_all[warp], g, t);
+  }
+  block_partial<2>(st, false, a, bh, blockIdx.x, cs, warp, g, t);
+}
+
+// Merge: one block of kHD threads per (b, query head).
+__global__ void merge_kernel(DecodeArgs a, float* __restrict__ out) {
+  const int64_t bq = blockIdx.x;
+  const int b = static_cast<int>(bq / a.Hq), hq = static_cast<int>(bq % a.Hq);
+  const int64_t bh = static_cast<int64_t>(b) * a.Hkv + hq / a.G;
+  const int qs = hq % a.G;
+  float M = -INFINITY;
+#pragma unroll 8
+  for (int p = 0; p < a.np; ++p) M = fmaxf(M, a.part_ml[((bh * a.np + p) * kQSlots + qs) * 2]);
+  float num = 0.f, den = 0.f;
+  if (M != -INFINITY) {
+#pragma unroll 8
+    for (int p = 0; p < a.np; ++p) {
+      const int64_t i = (bh * a.np + p) * kQSlots + qs;
+      const float w = exp2f(a.part_ml[i * 2] - M);
+      den += w * a.part_ml[i * 2 + 1];
+      num += w * a.part_o[i * kHD + threadIdx.x];
+    }
+  }
+  out[bq * kHD + threadIdx.x] = den > 0.f ? num / den : 0.f;
+}
+
+int sm_count() {
+  int dev = 0, n = 132;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    n = 132;
+  }
+  return n;
+}
+
+// Split plan: enough blocks for ~4 per SM, each split at least `min_len` tokens.
+void plan_splits(int64_t bh, int64_t tokens, int64_t granule, int& nsplit, int64_t& split_len) {
+  const int64_t target = 4LL * sm_count();
+  int64_t ns = (target + bh - 1) / bh;
+  const int64_t by_len = (tokens + granule - 1) / granule;
+  ns = ns < by_len ? ns : by_len;
+  if (ns < 1) ns = 1;
+  int64_t len = (tokens + ns - 1) / ns;
+  len = (len + granule - 1) / granule * granule;
+  if (len < granule) len = granule;
+  split_len = len;
+  nsplit = static_cast<int>(tokens > 0 ? (tokens + len - 1) / len : 1);
+}
+
+int64_t body_max(int64_t max_len, int S, int W) { return kvfmt::body_tokens(max_len, S, W); }
+
+}  // namespace
+
+// Host-side dispatch helpers (the one place where bits are dispatched).
+oscar_status check_cache(const oscar_kv_cache* c, const char* fn, oscar_error* err, CacheView& v) {
+  if (!c) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
+  if (c->head_dim != kHD)
+    return api::fail(err, OSCAR_ERR_UNSUPPORTED, "%s: head_dim=%d unsupported (only 128 is compiled)", fn, c->head_dim);
+  if (c->bits != 2 && c->bits != 4)
+    return api::fail(err, OSCAR_ERR_UNSUPPORTED, "%s: bits=%d unsupported (2 or 4)", fn, c->bits);
+  if (c->batch <= 0 || c->num_kv_heads <= 0)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch=%d num_kv_heads=%d must be positive", fn, c->batch, c->num_kv_heads);
+  if (c->sink < 0 || c->recent <= 0 || c->body_capacity < 0)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: sink=%d recent=%d body_capacity=%lld invalid (sink >= 0, recent > 0)",
+                     fn, c->sink, c->recent, (long long)c->body_capacity);
+  const void* ptrs[8] = {c->k_sink, c->v_sink, c->k_recent, c->v_recent, c->k_codes, c->v_codes, c->k_params, c->v_params};
+  const char* names[8] = {"k_sink", "v_sink", "k_recent", "v_recent", "k_codes", "v_codes", "k_params", "v_params"};
+  for (int i = 0; i < 8; ++i) {
+    const bool needed = (i < 2 && c->sink > 0) || (i >= 2 && i < 4) || (i >= 4 && c->body_capacity > 0);
+    if (needed && !ptrs[i]) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->%s is NULL", fn, names[i]);
+    if (ptrs[i] && !api::aligned(ptrs[i], 16))
+      return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: cache->%s %p is not 16-byte aligned", fn, names[i], ptrs[i]);
+  }
+  v.B = c->batch; v.Hkv = c->num_kv_heads; v.S = c->sink; v.W = c->recent; v.cap = c->body_capacity;
+  v.clip_k = c->clip_k; v.clip_v = c->clip_v;
+  v.ks = static_cast<uint16_t*>(c->k_sink); v.vs = static_cast<uint16_t*>(c->v_sink);
+  v.kr = static_cast<uint16_t*>(c->k_recent); v.vr = static_cast<uint16_t*>(c->v_recent);
+  v.kc = static_cast<uint8_t*>(c->k_codes); v.vc = static_cast<uint8_t*>(c->v_codes);
+  v.kp = static_cast<uint32_t*>(c->k_params); v.vp = static_cast<uint32_t*>(c->v_params);
+  return OSCAR_OK;
+}
+
+size_t decode_workspace(int64_t bh, int np) { return static_cast<size_t>(bh) * np * kQSlots * (kHD + 2) * sizeof(float); }
+
+int decode_parts(int batch, int kv_heads, int32_t max_len, bool quantized, int S, int W, int& nsplit, int64_t& split_len) {
+  const int64_t bh = static_cast<int64_t>(batch) * kv_heads;
+  if (quantized) {
+    plan_splits(bh, body_max(max_len, S, W), kIntChunk * kWarps, nsplit, split_len);
+    return nsplit + 1;
+  }
+  plan_splits(bh, max_len, kBf16Chunk * kWarps * 4, nsplit, split_len);
+  return nsplit;
+}
+
+oscar_status launch_prefill(const CacheView& v, int bits, const uint16_t* k, const uint16_t* vv, const int32_t* lens,
+                            int32_t max_len, cudaStream_t s, oscar_error* err) {
+  const int64_t rows = static_cast<int64_t>(v.B) * v.Hkv * max_len;
+  const int64_t want = (rows + 15) / 16;
+  const unsigned blocks = static_cast<unsigned>(want < 16LL * sm_count() ? want : 16LL * sm_count());
+  if (bits == 2) kv_prefill_kernel<2><<<blocks, 256, 0, s>>>(v, k, vv, lens, max_len);
+  else kv_prefill_kernel<4><<<blocks, 256, 0, s>>>(v, k, vv, lens, max_len);
+  return api::check_launch(err, "oscar_kv_prefill");
+}
+
+oscar_status launch_append(const CacheView& v, int bits, const uint16_t* k, const uint16_t* vv, const int32_t* lens,
+                           cudaStream_t s, oscar_error* err) {
+  const int64_t bh = static_cast<int64_t>(v.B) * v.Hkv;
+  const unsigned blocks = static_cast<unsigned>((bh + 7) / 8);
+  if (bits == 2) kv_append_kernel<2><<<blocks, 256, 0, s>>>(v, k, vv, lens);
+  else kv_append_kernel<4><<<blocks, 256, 0, s>>>(v, k, vv, lens);
+  return api::check_launch(err, "oscar_kv_append");
+}
+
+oscar_status launch_decode(const CacheView* v, int bits, const uint16_t* k, const uint16_t* vv, int64_t cap, DecodeArgs a,
+                           int64_t bh, float* out, int batch, cudaStream_t s, oscar_error* err, const char* fn) {
+  if (bh > 65535) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch * kv_heads = %lld exceeds 65535", fn, (long long)bh);
+  if (v) {
+    const dim3 grid(a.nsplit + 1, static_cast<unsigned>(bh));
+    if (bits == 2) kv_decode_kernel<2><<<grid, kWarps * 32, 0, s>>>(*v, a);
+    else kv_decode_kernel<4><<<grid, kWarps * 32, 0, s>>>(*v, a);
+  } else {
+    const dim3 grid(a.nsplit, static_cast<unsigned>(bh));
+    bf16_decode_kernel<<<grid, kWarps * 32, 0, s>>>(k, vv, cap, a);
+  }
+  oscar_status st = api::check_launch(err, fn);
+  if (st != OSCAR_OK) return st;
+  merge_kernel<<<static_cast<unsigned>(static_cast<int64_t>(batch) * a.Hq), kHD, 0, s>>>(a, out);
+  return api::check_launch(err, fn);
+}
+
+}  // namespace oscar::kernels
+
+using namespace oscar;
+
+extern "C" int64_t oscar_kv_capacity(const oscar_kv_cache* c) {
+  return c ? static_cast<int64_t>(c->sink) + c->body_capacity + c->recent : 0;
+}
+
+extern "C" oscar_status oscar_kv_prefill(const oscar_kv_cache* cache, const void* k, const void* v, const int32_t* seq_lens,
+                                         int32_t max_len, void* stream, oscar_error* err) {
+  const char* fn = "oscar_kv_prefill";
+  kernels::CacheView cv;
+  oscar_status st = kernels::check_cache(cache, fn, err, cv);
+  if (st != OSCAR_OK) return st;
+  if (!k || !v || !seq_lens) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: k, v or seq_lens is NULL", fn);
+  if (!api::aligned(k, 16) || !api::aligned(v, 16) || !api::aligned(seq_lens, 4))
+    return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: k/v must be 16-byte aligned and seq_lens 4-byte aligned", fn);
+  if (max_len < 0) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_len=%d is negative", fn, max_len);
+  if (max_len > oscar_kv_capacity(cache))
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_len=%d exceeds the cache capacity %lld", fn, max_len,
+                     (long long)oscar_kv_capacity(cache));
+  if (max_len == 0) return OSCAR_OK;
+  if (static_cast<int64_t>(cache->batch) * cache->num_kv_heads * max_len >= (int64_t(1) << 32))
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch * kv_heads * max_len must be below 2^32", fn);
+  return kernels::launch_prefill(cv, cache->bits, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), seq_lens,
+                                 max_len, static_cast<cudaStream_t>(stream), err);
+}
+
+extern "C" oscar_status oscar_kv_append(const oscar_kv_cache* cache, const void* k_new, const void* v_new,
+                                        const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err) {
+  const char* fn = "oscar_kv_append";
+  kernels::CacheView cv;
+  oscar_status st = kernels::check_cache(cache, fn, err, cv);
+  if (st != OSCAR_OK) return st;
+  if (!k_new || !v_new || !seq_lens) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: k_new, v_new or seq_lens is NULL", fn);
+  if (!api::aligned(k_new, 16) || !api::aligned(v_new, 16) || !api::aligned(seq_lens, 4))
+    return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: k_new/v_new must be 16-byte aligned and seq_lens 4-byte aligned", fn);
+  if (max_seq_len < 0 || static_cast<int64_t>(max_seq_len) + 1 > oscar_kv_capacity(cache))
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d: appending would exceed the capacity %lld", fn,
+                     max_seq_len, (long long)oscar_kv_capacity(cache));
+  return kernels::launch_append(cv, cache->bits, static_cast<const uint16_t*>(k_new), static_cast<const uint16_t*>(v_new),
+                                seq_lens, static_cast<cudaStream_t>(stream), err);
+}
+
+extern "C" size_t oscar_kv_decode_workspace_bytes(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim,
+                                                  int32_t max_seq_len, int32_t quantized) {
+  (void)num_q_heads;
+  (void)head_dim;
+  if (batch <= 0 || num_kv_heads <= 0 || max_seq_len < 0) return 0;
+  int ns;
+  int64_t len;
+  const int np = kernels::decode_parts(batch, num_kv_heads, max_seq_len, quantized != 0, kvfmt::kDefaultSink,
+                                       kvfmt::kDefaultRecent, ns, len);
+  // The quantized plan depends on sink/recent; size for the worst case (no windows => most splits).
+  int ns2;
+  int64_t len2;
+  const int np2 = quantized ? kernels::decode_parts(batch, num_kv_heads, max_seq_len, true, 0, 1, ns2, len2) : np;
+  return kernels::decode_workspace(static_cast<int64_t>(batch) * num_kv_heads, np > np2 ? np : np2);
+}
+
+namespace {
+oscar_status check_decode_common(const char* fn, const void* q, int32_t hq, int32_t hkv, const int32_t* lens, int32_t max_len,
+                                 float* out, void* ws, oscar_error* err) {
+  if (!q || !lens || !out || !ws) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: q, seq_lens, out or workspace is NULL", fn);
+  if (!api::aligned(q, 16) || !api::aligned(out, 16) || !api::aligned(ws, 16) || !api::aligned(lens, 4))
+    return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: q/out/workspace must be 16-byte aligned", fn);
+  if (hq <= 0 || hkv <= 0 || hq % hkv != 0 || hq / hkv > 8)
+    return api::fail(err, OSCAR_ERR_UNSUPPORTED, "%s: num_q_heads=%d num_kv_heads=%d unsupported (a multiple, at most 8 per KV head)",
+                     fn, hq, hkv);
+  if (max_len < 0) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d is negative", fn, max_len);
+  return OSCAR_OK;
+}
+}  // namespace
+
+extern "C" oscar_status oscar_kv_decode(const oscar_kv_cache* cache, const void* q, int32_t num_q_heads, const int32_t* seq_lens,
+                                        int32_t max_seq_len, float softmax_scale, float* out, void* workspace,
+                                        size_t workspace_bytes, void* stream, oscar_error* err) {
+  const char* fn = "oscar_kv_decode";
+  kernels::CacheView cv;
+  oscar_status st = kernels::check_cache(cache, fn, err, cv);
+  if (st != OSCAR_OK) return st;
+  st = check_decode_common(fn, q, num_q_heads, cache->num_kv_heads, seq_lens, max_seq_len, out, workspace, err);
+  if (st != OSCAR_OK) return st;
+  if (max_seq_len > oscar_kv_capacity(cache))
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d exceeds the cache capacity %lld", fn, max_seq_len,
+                     (long long)oscar_kv_capacity(cache));
+  kernels::DecodeArgs a;
+  a.np = kernels::decode_parts(cache->batch, cache->num_kv_heads, max_seq_len, true, cache->sink, cache->recent, a.nsplit, a.split_len);
+  const int64_t bh = static_cast<int64_t>(cache->batch) * cache->num_kv_heads;
+  const size_t need = kernels::decode_workspace(bh, a.np);
+  if (workspace_bytes < need)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: workspace_bytes=%zu < %zu needed", fn, workspace_bytes, need);
+  a.q = static_cast<const uint16_t*>(q);
+  a.lens = seq_lens;
+  a.Hq = num_q_heads; a.Hkv = cache->num_kv_heads; a.G = num_q_heads / cache->num_kv_heads;
+  a.sl2 = softmax_scale * kernels::kLog2e;
+  a.part_o = static_cast<float*>(workspace);
+  a.part_ml = a.part_o + static_cast<size_t>(bh) * a.np * kernels::kQSlots * kernels::kHD;
+  return kernels::launch_decode(&cv, cache->bits, nullptr, nullptr, 0, a, bh, out, cache->batch, static_cast<cudaStream_t>(stream),
+                                err, fn);
+}
+
+extern "C" oscar_status oscar_bf16_decode(const void* k, const void* v, int32_t batch, int32_t num_kv_heads, int64_t capacity,
+                                          int32_t head_dim, const void* q, int32_t num_q_heads, const int32_t* seq_lens,
+                                          int32_t max_seq_len, float softmax_scale, float* out, void* workspace,
+                                          size_t workspace_bytes, void* stream, oscar_error* err) {
+  const char* fn = "oscar_bf16_decode";
+  if (head_dim != kernels::kHD)
+    return api::fail(err, OSCAR_ERR_UNSUPPORTED, "%s: head_dim=%d unsupported (only 128 is compiled)", fn, head_dim);
+  if (!k || !v) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: k or v is NULL", fn);
+  if (!api::aligned(k, 16) || !api::aligned(v, 16)) return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: k/v must be 16-byte aligned", fn);
+  if (batch <= 0 || capacity < 0)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch=%d capacity=%lld invalid", fn, batch, (long long)capacity);
+  oscar_status st = check_decode_common(fn, q, num_q_heads, num_kv_heads, seq_lens, max_seq_len, out, workspace, err);
+  if (st != OSCAR_OK) return st;
+  if (max_seq_len > capacity)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d exceeds capacity %lld", fn, max_seq_len, (long long)capacity);
+  kernels::DecodeArgs a;
+  a.np = kernels::decode_parts(batch, num_kv_heads, max_seq_len, false, 0, 0, a.nsplit, a.split_len);
+  const int64_t bh = static_cast<int64_t>(batch) * num_kv_heads;
+  const size_t need = kernels::decode_workspace(bh, a.np);
+  if (workspace_bytes < need)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: workspace_bytes=%zu < %zu needed", fn, workspace_bytes, need);
+  a.q = static_cast<const uint16_t*>(q);
+  a.lens = seq_lens;
+  a.Hq = num_q_heads; a.Hkv = num_kv_heads; a.G = num_q_heads / num_kv_heads;
+  a.sl2 = softmax_scale * kernels::kLog2e;
+  a.part_o = static_cast<float*>(workspace);
+  a.part_ml = a.part_o + static_cast<size_t>(bh) * a.np * kernels::kQSlots * kernels::kHD;
+  return kernels::launch_decode(nullptr, 16, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), capacity, a, bh,
+                                out, batch, static_cast<cudaStream_t>(stream), err, fn);
+}

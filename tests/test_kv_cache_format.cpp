@@ -1,0 +1,44 @@
+// test_kv_cache_format.cpp: the byte-size formulas of oscar/kv_cache_format.h, checked by hand
+// (oscar-cov, head_dim 128, sink 64, recent 256), including the memory ratio vs BF16 at 128K tokens.
+#include <catch2/catch.hpp>
+
+#include "oscar/kv_cache_format.h"
+
+using namespace oscar::kvfmt;
+
+TEST_CASE("oscar-cov per-token bytes", "[kv_cache_format]") {
+  // INT2: 128 channels * 2 bits = 32 bytes of codes + fp16 scale + fp16 zero = 36 bytes per tensor.
+  CHECK(body_code_bytes(128, 2) == 32);
+  CHECK(body_bytes_per_token(128, 2) == 72);    // K + V
+  CHECK(body_code_bytes(128, 4) == 64);
+  CHECK(body_bytes_per_token(128, 4) == 136);
+  CHECK(bf16_bytes_per_token(128) == 512);      // 2 tensors * 128 channels * 2 bytes
+  CHECK(body_bytes_per_token(64, 2) == 2 * (16 + 4));
+}
+
+TEST_CASE("oscar-cov segments", "[kv_cache_format]") {
+  CHECK(body_tokens(0, 64, 256) == 0);
+  CHECK(body_tokens(37, 64, 256) == 0);
+  CHECK(body_tokens(320, 64, 256) == 0);
+  CHECK(body_tokens(321, 64, 256) == 1);
+  CHECK(body_tokens(131072, 64, 256) == 130752);
+  // A short sequence still allocates both windows in full.
+  CHECK(state_bytes(10, 128, 2, 64, 256) == 320 * 512);
+  CHECK(decode_read_bytes(10, 128, 2, 64, 256) == 10 * 512);
+}
+
+TEST_CASE("oscar-cov memory at 128K tokens vs BF16", "[kv_cache_format]") {
+  const int64_t T = 131072;
+  // by hand: 320 window tokens * 512 B + 130752 body tokens * 72 B = 163840 + 9414144
+  CHECK(state_bytes(T, 128, 2, 64, 256) == 9577984);
+  CHECK(bf16_state_bytes(T, 128) == 67108864);  // 131072 * 512
+  const double ratio2 = double(bf16_state_bytes(T, 128)) / double(state_bytes(T, 128, 2, 64, 256));
+  CHECK(ratio2 == Approx(7.0066).epsilon(1e-4));
+  CHECK(ratio2 >= 6.5);  // the target, all metadata and windows included
+  // INT4: 163840 + 130752 * 136 = 17946112
+  CHECK(state_bytes(T, 128, 4, 64, 256) == 17946112);
+  CHECK(double(bf16_state_bytes(T, 128)) / double(state_bytes(T, 128, 4, 64, 256)) == Approx(3.7394).epsilon(1e-4));
+  // Llama-3-8B (32 layers x 8 KV heads) per 128K-token sequence: BF16 16 GiB, INT2 ~2.28 GiB.
+  CHECK(bf16_state_bytes(T, 128) * 32 * 8 == 17179869184LL);
+  CHECK(state_bytes(T, 128, 2, 64, 256) * 32 * 8 == 2451963904LL);
+}
