@@ -1,0 +1,29 @@
+// oscar-sweep: dumps x recipes x bit widths -> attention-fidelity tables and a Pareto plot.
+#include "app_main.h"
+#include "oscar/sweep.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"oscar-sweep: run quantization recipes over KV dumps and tabulate attention fidelity vs effective bits"};
+  std::string config, output;
+  bool quiet = false, list = false;
+  app.add_option("config", config, "sweep config (YAML; see experiments/sweeps/)");
+  app.add_option("--output", output, "override the config's output folder");
+  app.add_flag("--list-presets", list, "list the preset recipes and exit");
+  app.add_flag("--quiet", quiet, "no progress bar");
+  return oscar::run_app("oscar-sweep", app, argc, argv, [&] {
+    if (list) {
+      for (const auto& n : oscar::preset_names()) {
+        const auto p = oscar::load_preset(n);
+        fmt::print("{:<16} {}\n", n, p.recipe.source);
+      }
+      return 0;
+    }
+    if (config.empty()) oscar::fail("give a sweep config (see experiments/sweeps/), or --list-presets");
+    oscar::SweepConfig cfg = oscar::load_sweep_config(config);
+    if (!output.empty()) cfg.output = output;
+    const oscar::SweepResult r = oscar::run_sweep(cfg, !quiet);
+    oscar::write_sweep_outputs(cfg, r);
+    fmt::print("{}\nwrote {}/summary.md, summary.csv, layers.csv, pareto.png\n", oscar::summary_markdown(cfg, r), cfg.output);
+    return 0;
+  });
+}
