@@ -11,5 +11,5 @@ start=$(date +%s)
 ./build/apps/oscar-dump --model data/kjv-llama-hd128/kjv-llama-hd128.f16 --tokenizer data/stories260K/tok512.bin \
   --text data/text/kjv.txt.gz --offset -404 --tokens 2048 --out results/tni/revelation-hd128.h5
 ./build/apps/oscar-analyze results/tni/revelation-hd128.h5 --csv results/tni/tni.csv --json results/tni/tni.json \
-  --plots results/tni
+  --plots results/tni --quiet | tee results/tni/table.txt
 echo "main: dump + analysis took $(( $(date +%s) - start )) s; outputs in results/tni/"

@@ -32,4 +32,4 @@ for ax, d in zip(axes[0], dumps):
     ax.set_yscale("log"); ax.set_xlabel("effective bits per element at 128K tokens")
     ax.set_ylabel("mean relative attention-output error"); ax.set_title(d); ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-fig.suptitle(title); fig.tight_layout(); fig.savefig(out, dpi=110, format="png")
+fig.suptitle(title, fontsize=9); fig.tight_layout(); fig.savefig(out, dpi=110, format="png")

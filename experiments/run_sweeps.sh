@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# run_sweeps.sh [BUILD_DIR] [OUT_ROOT]: makes the dumps (make_dumps.sh) and runs every shipped sweep
+# (experiments/sweeps/*.yaml) into OUT_ROOT/<sweep> (default: each config's own output, results/sweep/).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+out=${2:-}
+"$root/experiments/make_dumps.sh" "$build"
+for cfg in "$root"/experiments/sweeps/*.yaml; do
+  name=$(basename "$cfg" .yaml)
+  start=$(date +%s)
+  if [ -n "$out" ]; then "$build/apps/oscar-sweep" "$cfg" --quiet --output "$out/$name" >/dev/null
+  else "$build/apps/oscar-sweep" "$cfg" --quiet >/dev/null; fi
+  echo "sweep $name: $(( $(date +%s) - start )) s"
+done
