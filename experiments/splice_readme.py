@@ -1,0 +1,26 @@
+#!/usr/bin/env python3
+"""splice_readme.py README STAMP: replaces the text between <!-- BEGIN x --> and <!-- END x --> markers
+with the freshly generated tables (results/...), each headed by the command, data and date it came from.
+Writes README atomically; fails (README untouched) if any table is missing."""
+import os, re, sys
+
+readme, stamp = sys.argv[1], sys.argv[2]
+def tni():
+    t = open("results/tni/table.txt").read()
+    summary = t[t.index("TNI summary"):].strip()
+    return f"`bash experiments/main.sh` ({stamp}); kjv-llama-hd128, Revelation, 2048 tokens:\n\n```\n{summary}\n```"
+def sweep(name):
+    md = open(f"results/sweep/{name}/summary.md").read()
+    md = "\n".join(l for l in md.splitlines() if not l.startswith("<!--")).strip()
+    return f"`oscar-sweep experiments/sweeps/{name}.yaml` ({stamp}):\n\n{md}\n\n![Pareto plot](results/sweep/{name}/pareto.png)"
+blocks = {"tni": tni, "sweep-kjv-hd128": lambda: sweep("kjv-hd128"), "sweep-stories260k": lambda: sweep("stories260k")}
+text = open(readme).read()
+for name, make in blocks.items():
+    pat = re.compile(rf"(<!-- BEGIN {re.escape(name)} -->\n).*?(<!-- END {re.escape(name)} -->)", re.S)
+    if not pat.search(text):
+        sys.exit(f"splice_readme: {readme} has no <!-- BEGIN {name} --> ... <!-- END {name} --> markers")
+    body = make()
+    text = pat.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
+tmp = readme + ".tmp"
+open(tmp, "w").write(text)
+os.replace(tmp, readme)
