@@ -97,7 +97,7 @@ std::vector<Fidelity> layer_fidelity(const HeadTensor& q, const HeadTensor& k, c
         ++count;
       }
     }
-    f.logit_rel_mse = lden > 0 ? lnum / lden : 0.0;
+    f.logit_rel_mse = lden > 0 ? lnum / lden : (lnum > 0 ? INFINITY : 0.0);  // as rel_sq
     f.kl = kl / static_cast<double>(count);
     f.out_rel_err = oerr / static_cast<double>(count);
     f.top8_overlap = top / static_cast<double>(count);
