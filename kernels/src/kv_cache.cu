@@ -18,8 +18,13 @@
 //  * Each warp keeps (m, l, acc) in fp32; the block's warps are combined exactly in shared memory and
 //    each block writes one partial (split); a second kernel merges the splits of a (sequence, query
 //    head) exactly: o = sum_p 2^(m_p - M) o_p / sum_p 2^(m_p - M) l_p (log2 domain throughout).
-//  * Grid: (splits + 1) x (batch * kv_heads); split `nsplit` handles the BF16 windows, the others equal
-//    slices of the body; sequences shorter than a slice leave empty partials (m = -inf, l = 0).
+//  * Body loads: each warp streams its chunks (64 tokens INT2 / 32 tokens INT4: codes + scale/zero, all
+//    contiguous in memory) into its own shared-memory ring with cp.async, kStages chunks ahead, and
+//    reads the MMA fragments from there, so loads of later chunks overlap the math of the current one.
+//  * Grid: (splits + nwin) x (batch * kv_heads); splits >= `nsplit` share the BF16 windows, the others
+//    equal slices of the body, sized so one decode step is about one wave of resident blocks (see
+//    plan_quant); sequences shorter than a slice leave empty partials (m = -inf, l = 0). The merge is
+//    launched with programmatic dependent launch so its launch overlaps the decode grid.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -35,15 +40,16 @@
 namespace oscar::kernels {
 namespace {
 
-// Tuning knobs (defaults chosen on the H100, BENCHMARKS.md): decode blocks per SM the register
-// allocation must allow for INT2 / INT4 bodies (INT2 at 4 blocks spills ~200 bytes but hides latency
-// better; INT4 at 4 blocks lost), two independent accumulator chains for the 8 QK MMAs, tokens per
-// warp iteration on the packed body.
+// Tuning knobs (defaults chosen on the H100 in a same-session A/B, BENCHMARKS.md 2026-11-23 "pipelined"):
+// decode blocks per SM the register allocation must allow (3: 148-152 registers, no spills; 4 forced
+// ~150 B of spills and was slower at every large shape), two independent accumulator chains for the 8 QK
+// MMAs, tokens per warp chunk on the packed INT2 / INT4 body, cp.async stages per warp, the block slots
+// per SM the split plan fills (= the min-blocks value), and the least body splits per (b, h).
 #ifndef OSCAR_KV_MIN_BLOCKS_INT2
-#define OSCAR_KV_MIN_BLOCKS_INT2 4
+#define OSCAR_KV_MIN_BLOCKS_INT2 3
 #endif
 #ifndef OSCAR_KV_MIN_BLOCKS_INT4
-#define OSCAR_KV_MIN_BLOCKS_INT4 1
+#define OSCAR_KV_MIN_BLOCKS_INT4 3
 #endif
 #ifndef OSCAR_KV_QK_SPLIT
 #define OSCAR_KV_QK_SPLIT 1
@@ -51,11 +57,25 @@ namespace {
 #ifndef OSCAR_KV_INT_CHUNK
 #define OSCAR_KV_INT_CHUNK 64
 #endif
+#ifndef OSCAR_KV_INT4_CHUNK
+#define OSCAR_KV_INT4_CHUNK 32
+#endif
+#ifndef OSCAR_KV_STAGES
+#define OSCAR_KV_STAGES 3
+#endif
+#ifndef OSCAR_KV_SLOTS_PER_SM
+#define OSCAR_KV_SLOTS_PER_SM 3
+#endif
+#ifndef OSCAR_KV_MIN_BODY_SPLITS
+#define OSCAR_KV_MIN_BODY_SPLITS 4
+#endif
 constexpr int kHD = 128;     // the compiled head_dim
 constexpr int kWarps = 4;    // warps per decode block
 static_assert(kWarps * 32 == 128, "block_partial maps one thread to one channel of head_dim 128");
 constexpr int kQSlots = 8;   // query slots per KV head (mma N)
-constexpr int kIntChunk = OSCAR_KV_INT_CHUNK;  // tokens per warp iteration on the packed body (sub-tiles of 16)
+template <int BITS>
+constexpr int int_chunk_len() { return BITS == 2 ? OSCAR_KV_INT_CHUNK : OSCAR_KV_INT4_CHUNK; }
+constexpr int kStages = OSCAR_KV_STAGES;       // cp.async stages per warp (each one chunk of codes + params)
 constexpr int kBf16Chunk = 16;
 constexpr float kLog2e = 1.4426950408889634f;
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -295,50 +315,101 @@ __device__ __forceinline__ void p_to_bfrag(uint16_t* ps, int g, int t, float p00
   b[1] = static_cast<uint32_t>(ps[(2 * t + 8) * 8 + g]) | (static_cast<uint32_t>(ps[(2 * t + 9) * 8 + g]) << 16);
 }
 
-// Packed-body chunk: tokens [base, base + n) of one (b, h) body, n in [1, 64].
+// cp.async helpers (per-warp pipeline: each lane waits for its own groups, then __syncwarp).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// One pipeline stage of a warp: CH rows of K codes, CH rows of V codes, CH K params, CH V params.
 template <int BITS>
-__device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* __restrict__ kc, const uint8_t* __restrict__ vc,
-                                          const uint32_t* __restrict__ kp, const uint32_t* __restrict__ vp,
-                                          int64_t base, int n, const uint32_t (&qf)[8][2], const float (&qsum)[2],
-                                          const float (&qbias)[2], float sl2, uint16_t* ps, int g, int t) {
-  constexpr int SUB = kIntChunk / 16;
-  constexpr int CB = kHD * BITS / 8;  // bytes per token row
+struct IntStage {
+  static constexpr int CH = int_chunk_len<BITS>();
+  static constexpr int CB = kHD * BITS / 8;
+  static constexpr int BYTES = CH * (2 * CB + 8);
+};
+
+// Issues the copies of body tokens [base, base + n) (n in [1, CH]) into a stage; rows >= n repeat row
+// n - 1 (their scores are masked), so every later fragment read stays in bounds and finite.
+template <int BITS>
+__device__ __forceinline__ void issue_chunk(uint8_t* stg, const uint8_t* __restrict__ kc, const uint8_t* __restrict__ vc,
+                                            const uint32_t* __restrict__ kp, const uint32_t* __restrict__ vp, int64_t base,
+                                            int n, int lane) {
+  using S = IntStage<BITS>;
+  constexpr int R16 = S::CB / 16;  // 16-byte pieces per row
+#pragma unroll
+  for (int p = lane; p < S::CH * R16; p += 32) {
+    const int r = min(p / R16, n - 1), c = p % R16;
+    cp_async16(stg + p * 16, kc + (base + r) * S::CB + c * 16);
+    cp_async16(stg + S::CH * S::CB + p * 16, vc + (base + r) * S::CB + c * 16);
+  }
+#pragma unroll
+  for (int p = lane; p < S::CH; p += 32) {
+    const int r = min(p, n - 1);
+    cp_async4(stg + 2 * S::CH * S::CB + p * 4, kp + base + r);
+    cp_async4(stg + 2 * S::CH * S::CB + S::CH * 4 + p * 4, vp + base + r);
+  }
+}
+
+// Packed-body chunk from a shared-memory stage: n valid tokens (n in [1, CH]).
+template <int BITS>
+__device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* stg, int n, const uint32_t (&qf)[8][2],
+                                          const float (&qsum)[2], const float (&qbias)[2], float sl2, uint16_t* ps, int g,
+                                          int t) {
+  using S = IntStage<BITS>;
+  constexpr int SUB = S::CH / 16;
+  constexpr int CB = S::CB;           // bytes per token row
   constexpr int KW = BITS;            // words per thread per token for QK (CB / 4 / 4)
   constexpr int VW = BITS / 2;        // words per thread per token for PV (CB / 8 / 4)
   constexpr int PW = 16 / BITS;       // code pairs per word
-  uint32_t kw[SUB][2][KW], vw[SUB][4][VW], kpar[SUB][2], vpar[SUB][2];
-#pragma unroll
-  for (int u = 0; u < SUB; ++u) {
+  const uint8_t* kc = stg;
+  const uint8_t* vc = stg + S::CH * CB;
+  const uint32_t* kp = reinterpret_cast<const uint32_t*>(stg + 2 * S::CH * CB);
+  const uint32_t* vp = kp + S::CH;
+  // Fragments are read from shared memory right where they are used (short live ranges).
+  auto load_k = [&](int u, uint32_t (&kw)[2][KW], uint32_t (&kpar)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int i = min(16 * u + g + 8 * r, n - 1);
-      const uint32_t* src = reinterpret_cast<const uint32_t*>(kc + (base + i) * CB) + t * KW;
+      const int i = 16 * u + g + 8 * r;
+      const uint32_t* src = reinterpret_cast<const uint32_t*>(kc + i * CB) + t * KW;
       if constexpr (KW == 2) {
         const uint2 x = *reinterpret_cast<const uint2*>(src);
-        kw[u][r][0] = x.x; kw[u][r][1] = x.y;
+        kw[r][0] = x.x; kw[r][1] = x.y;
       } else {
         const uint4 x = *reinterpret_cast<const uint4*>(src);
-        kw[u][r][0] = x.x; kw[u][r][1] = x.y; kw[u][r][2] = x.z; kw[u][r][3] = x.w;
+        kw[r][0] = x.x; kw[r][1] = x.y; kw[r][2] = x.z; kw[r][3] = x.w;
       }
-      kpar[u][r] = kp[base + i];
-      vpar[u][r] = vp[base + i];
+      kpar[r] = kp[i];
     }
+  };
+  auto load_v = [&](int u, uint32_t (&vw)[4][VW], uint32_t (&vpar)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) vpar[r] = vp[16 * u + g + 8 * r];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const int i = min(16 * u + 2 * t + (r & 1) + 8 * (r >> 1), n - 1);
-      const uint32_t* src = reinterpret_cast<const uint32_t*>(vc + (base + i) * CB) + g * VW;
+      const int i = 16 * u + 2 * t + (r & 1) + 8 * (r >> 1);
+      const uint32_t* src = reinterpret_cast<const uint32_t*>(vc + i * CB) + g * VW;
       if constexpr (VW == 1) {
-        vw[u][r][0] = *src;
+        vw[r][0] = *src;
       } else {
         const uint2 x = *reinterpret_cast<const uint2*>(src);
-        vw[u][r][0] = x.x; vw[u][r][1] = x.y;
+        vw[r][0] = x.x; vw[r][1] = x.y;
       }
     }
-  }
+  };
   // Scores.
   float s[SUB][4];
 #pragma unroll
   for (int u = 0; u < SUB; ++u) {
+    uint32_t kw[2][KW], kpar[2];
+    load_k(u, kw, kpar);
     float c[4] = {0.f, 0.f, 0.f, 0.f};
 #if OSCAR_KV_QK_SPLIT
     float c2[4] = {0.f, 0.f, 0.f, 0.f};
@@ -346,8 +417,8 @@ __device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* __restri
 #pragma unroll
     for (int ks = 0; ks < 8; ++ks) {
       const int q0 = 2 * ks, q1 = 2 * ks + 1;
-      const uint32_t a[4] = {codes_f16x2<BITS>(kw[u][0][q0 / PW], q0 % PW), codes_f16x2<BITS>(kw[u][1][q0 / PW], q0 % PW),
-                             codes_f16x2<BITS>(kw[u][0][q1 / PW], q1 % PW), codes_f16x2<BITS>(kw[u][1][q1 / PW], q1 % PW)};
+      const uint32_t a[4] = {codes_f16x2<BITS>(kw[0][q0 / PW], q0 % PW), codes_f16x2<BITS>(kw[1][q0 / PW], q0 % PW),
+                             codes_f16x2<BITS>(kw[0][q1 / PW], q1 % PW), codes_f16x2<BITS>(kw[1][q1 / PW], q1 % PW)};
 #if OSCAR_KV_QK_SPLIT
       if (ks & 1) mma_f16(c2, a, qf[ks]);
       else
@@ -360,7 +431,7 @@ __device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* __restri
 #endif
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float ksc = half_lo(kpar[u][r]), kz = half_hi(kpar[u][r]);
+      const float ksc = half_lo(kpar[r]), kz = half_hi(kpar[r]);
       const bool valid = 16 * u + g + 8 * r < n;
 #pragma unroll
       for (int j = 0; j < 2; ++j)
@@ -371,10 +442,12 @@ __device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* __restri
   // P V.
 #pragma unroll
   for (int u = 0; u < SUB; ++u) {
+    uint32_t vw[4][VW], vpar[2];
+    load_v(u, vw, vpar);
     float pp[4];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float vsc = half_lo(vpar[u][r]), vz = half_hi(vpar[u][r]);
+      const float vsc = half_lo(vpar[r]), vz = half_hi(vpar[r]);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         st.z[j] += s[u][2 * r + j] * vz;
@@ -390,8 +463,8 @@ __device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* __restri
     for (int pr = 0; pr < 2; ++pr)
 #pragma unroll
       for (int w = 0; w < VW; ++w) {
-        lo[pr][w] = prmt(vw[u][2 * pr][w], vw[u][2 * pr + 1][w], 0x5410);
-        hi[pr][w] = prmt(vw[u][2 * pr][w], vw[u][2 * pr + 1][w], 0x7632);
+        lo[pr][w] = prmt(vw[2 * pr][w], vw[2 * pr + 1][w], 0x5410);
+        hi[pr][w] = prmt(vw[2 * pr][w], vw[2 * pr + 1][w], 0x7632);
       }
 #pragma unroll
     for (int mt = 0; mt < 8; ++mt) {
@@ -463,7 +536,8 @@ struct DecodeArgs {
   const uint16_t* q;
   const int32_t* lens;
   int Hq, Hkv, G;
-  int nsplit;
+  int nsplit;       // body splits (quantized) or splits (bf16)
+  int nwin;         // quantized: blocks sharing the BF16 sink + recent windows (parts nsplit .. nsplit+nwin-1)
   int64_t split_len;
   float sl2;
   float* part_o;   // [BH][np][8][kHD]
@@ -563,9 +637,16 @@ __device__ __forceinline__ void block_partial(const WarpState& st0, bool quantiz
 // Quantized-cache decode. blockIdx.x = split (split == nsplit: the BF16 sink + recent windows),
 // blockIdx.y = b * Hkv + h.
 template <int BITS>
+constexpr size_t decode_smem_bytes() {
+  return kWarps * kStages * IntStage<BITS>::BYTES > sizeof(CombineSmem) ? kWarps * kStages * IntStage<BITS>::BYTES
+                                                                         : sizeof(CombineSmem);
+}
+template <int BITS>
 __global__ void __launch_bounds__(kWarps * 32, BITS == 2 ? OSCAR_KV_MIN_BLOCKS_INT2 : OSCAR_KV_MIN_BLOCKS_INT4) kv_decode_kernel(CacheView c, DecodeArgs a) {
   __shared__ __align__(16) uint16_t ps_all[kWarps][16 * 8];
-  __shared__ CombineSmem cs;
+  extern __shared__ __align__(16) uint8_t dyn_smem[];  // per-warp cp.async stages, then (aliased) CombineSmem
+  CombineSmem& cs = *reinterpret_cast<CombineSmem*>(dyn_smem);
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // let the merge grid get resident early
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t bh = blockIdx.y;
   const int b = static_cast<int>(bh / c.Hkv), h = static_cast<int>(bh % c.Hkv);
@@ -577,7 +658,7 @@ __global__ void __launch_bounds__(kWarps * 32, BITS == 2 ? OSCAR_KV_MIN_BLOCKS_I
   uint16_t* ps = ps_all[warp];
   WarpState st;
   state_init(st);
-  if (split == a.nsplit) {
+  if (split >= a.nsplit) {
     uint32_t qb[8][2];
     load_q_bf16(qrow, qlive, t, qb);
     const int64_t ns = min64(L, c.S);
@@ -586,7 +667,7 @@ __global__ void __launch_bounds__(kWarps * 32, BITS == 2 ? OSCAR_KV_MIN_BLOCKS_I
     const uint16_t* vs = c.vs + bh * c.S * kHD;
     const uint16_t* kr = c.kr + bh * c.W * kHD;
     const uint16_t* vr = c.vr + bh * c.W * kHD;
-    for (int64_t base = warp * 16; base < nbf; base += kWarps * 16) {
+    for (int64_t base = (split - a.nsplit) * (kWarps * 16) + warp * 16; base < nbf; base += a.nwin * (kWarps * 16)) {
       const int n = static_cast<int>(min64(16, nbf - base));
       if (base + n <= ns) {
         bf16_tile(st, ks, vs, [&](int i) { return base + i; }, n, qb, a.sl2, ps, g, t);
@@ -615,13 +696,34 @@ __global__ void __launch_bounds__(kWarps * 32, BITS == 2 ? OSCAR_KV_MIN_BLOCKS_I
     const uint8_t* vc = c.vc + bh * c.cap * CB;
     const uint32_t* kp = c.kp + bh * c.cap;
     const uint32_t* vp = c.vp + bh * c.cap;
+    constexpr int CH = IntStage<BITS>::CH, SB = IntStage<BITS>::BYTES;
+    uint8_t* wst = dyn_smem + warp * (kStages * SB);
     const int64_t start = split * a.split_len, end = min(nb, start + a.split_len);
-    for (int64_t base = start + warp * kIntChunk; base < end; base += kWarps * kIntChunk) {
-      const int n = static_cast<int>(min64(kIntChunk, end - base));
-      int_chunk<BITS>(st, kc, vc, kp, vp, base, n, qf, qsum, qbias, a.sl2, ps, g, t);
+    constexpr int64_t step = kWarps * CH;
+    int64_t nxt = start + warp * CH;  // next chunk to issue
+#pragma unroll
+    for (int sidx = 0; sidx < kStages - 1; ++sidx) {
+      if (nxt < end) issue_chunk<BITS>(wst + sidx * SB, kc, vc, kp, vp, nxt, static_cast<int>(min64(CH, end - nxt)), lane);
+      cp_async_commit();
+      nxt += step;
     }
+    int stage = 0;
+    for (int64_t base = start + warp * CH; base < end; base += step) {
+      int is = stage + kStages - 1;
+      if (is >= kStages) is -= kStages;
+      if (nxt < end) issue_chunk<BITS>(wst + is * SB, kc, vc, kp, vp, nxt, static_cast<int>(min64(CH, end - nxt)), lane);
+      cp_async_commit();
+      nxt += step;
+      cp_async_wait<kStages - 1>();
+      __syncwarp();
+      int_chunk<BITS>(st, wst + stage * SB, static_cast<int>(min64(CH, end - base)), qf, qsum, qbias, a.sl2, ps, g, t);
+      __syncwarp();
+      stage = stage + 1 == kStages ? 0 : stage + 1;
+    }
+    cp_async_wait<0>();
   }
-  block_partial<BITS>(st, split != a.nsplit, a, bh, split, cs, warp, g, t);
+  __syncthreads();  // the stages are reused as CombineSmem
+  block_partial<BITS>(st, split < a.nsplit, a, bh, split, cs, warp, g, t);
 }
 
 // BF16 baseline: k, v [BH][cap][kHD]; blockIdx.x = split.
@@ -629,6 +731,7 @@ __global__ void __launch_bounds__(kWarps * 32) bf16_decode_kernel(const uint16_t
                                                                   int64_t cap, DecodeArgs a) {
   __shared__ __align__(16) uint16_t ps_all[kWarps][16 * 8];
   __shared__ CombineSmem cs;
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t bh = blockIdx.y;
   const int b = static_cast<int>(bh / a.Hkv), h = static_cast<int>(bh % a.Hkv);
@@ -648,23 +751,32 @@ __global__ void __launch_bounds__(kWarps * 32) bf16_decode_kernel(const uint16_t
   block_partial<2>(st, false, a, bh, blockIdx.x, cs, warp, g, t);
 }
 
-// Merge: one block of kHD threads per (b, query head).
-__global__ void merge_kernel(DecodeArgs a, float* __restrict__ out) {
+// Merge: one block of kHD threads per (b, query head). Launched with programmatic dependent launch:
+// griddepcontrol.wait returns once the decode grid has finished and its writes are visible.
+__global__ void __launch_bounds__(kHD) merge_kernel(DecodeArgs a, float* __restrict__ out) {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  __shared__ float red[kHD / 32];
   const int64_t bq = blockIdx.x;
   const int b = static_cast<int>(bq / a.Hq), hq = static_cast<int>(bq % a.Hq);
   const int64_t bh = static_cast<int64_t>(b) * a.Hkv + hq / a.G;
   const int qs = hq % a.G;
+  const float* ml = a.part_ml + (bh * a.np * kQSlots + qs) * 2;  // part p: ml[p * kQSlots * 2 + {0, 1}]
+  const float* po = a.part_o + (bh * a.np * kQSlots + qs) * kHD + threadIdx.x;
   float M = -INFINITY;
-#pragma unroll 8
-  for (int p = 0; p < a.np; ++p) M = fmaxf(M, a.part_ml[((bh * a.np + p) * kQSlots + qs) * 2]);
+  for (int p = threadIdx.x; p < a.np; p += kHD) M = fmaxf(M, ml[p * kQSlots * 2]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = M;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kHD / 32; ++w) M = fmaxf(M, red[w]);
   float num = 0.f, den = 0.f;
   if (M != -INFINITY) {
-#pragma unroll 8
+#pragma unroll 16
     for (int p = 0; p < a.np; ++p) {
-      const int64_t i = (bh * a.np + p) * kQSlots + qs;
-      const float w = exp2f(a.part_ml[i * 2] - M);
-      den += w * a.part_ml[i * 2 + 1];
-      num += w * a.part_o[i * kHD + threadIdx.x];
+      const float w = exp2f(ml[p * kQSlots * 2] - M);
+      den += w * ml[p * kQSlots * 2 + 1];
+      num += w * po[static_cast<int64_t>(p) * kQSlots * kHD];
     }
   }
   out[bq * kHD + threadIdx.x] = den > 0.f ? num / den : 0.f;
@@ -694,6 +806,37 @@ void plan_splits(int64_t bh, int64_t tokens, int64_t granule, int& nsplit, int64
 }
 
 int64_t body_max(int64_t max_len, int S, int W) { return kvfmt::body_tokens(max_len, S, W); }
+
+// Quantized plan: all blocks of one step in about one wave of OSCAR_KV_SLOTS_PER_SM blocks per SM
+// (no half-empty second wave), at least OSCAR_KV_MIN_BODY_SPLITS body splits per (b, h), body splits
+// multiples of kWarps * 64 tokens (every warp the same number of chunks); at small batch the BF16
+// windows are shared by up to 4 blocks so that they do not become the longest block.
+constexpr int kQuantGranule = kWarps * 64;
+constexpr int kMaxWin = 4;
+int64_t quant_split_cap(int64_t bh) {
+  const int64_t slots = static_cast<int64_t>(OSCAR_KV_SLOTS_PER_SM) * sm_count();
+  const int64_t c = slots / bh;
+  return c > OSCAR_KV_MIN_BODY_SPLITS ? c : OSCAR_KV_MIN_BODY_SPLITS;
+}
+void plan_quant(int64_t bh, int64_t body, int64_t win, int& nsplit, int64_t& split_len, int& nwin) {
+  const int64_t slots = static_cast<int64_t>(OSCAR_KV_SLOTS_PER_SM) * sm_count();
+  int64_t nw = 1;
+  if (bh * 16 <= slots) {
+    nw = (win + kWarps * 16 - 1) / (kWarps * 16);
+    nw = nw < 1 ? 1 : (nw > kMaxWin ? kMaxWin : nw);
+  }
+  int64_t ns = (slots - nw * bh) / bh;
+  if (ns < OSCAR_KV_MIN_BODY_SPLITS) ns = OSCAR_KV_MIN_BODY_SPLITS;
+  const int64_t by_len = (body + kQuantGranule - 1) / kQuantGranule;
+  ns = ns < by_len ? ns : by_len;
+  if (ns < 1) ns = 1;
+  int64_t len = (body + ns - 1) / ns;
+  len = (len + kQuantGranule - 1) / kQuantGranule * kQuantGranule;
+  if (len < kQuantGranule) len = kQuantGranule;
+  split_len = len;
+  nsplit = static_cast<int>(body > 0 ? (body + len - 1) / len : 1);
+  nwin = static_cast<int>(nw);
+}
 
 }  // namespace
 
@@ -728,14 +871,27 @@ oscar_status check_cache(const oscar_kv_cache* c, const char* fn, oscar_error* e
 
 size_t decode_workspace(int64_t bh, int np) { return static_cast<size_t>(bh) * np * kQSlots * (kHD + 2) * sizeof(float); }
 
-int decode_parts(int batch, int kv_heads, int32_t max_len, bool quantized, int S, int W, int& nsplit, int64_t& split_len) {
+int decode_parts(int batch, int kv_heads, int32_t max_len, bool quantized, int S, int W, int& nsplit, int64_t& split_len,
+                 int& nwin) {
   const int64_t bh = static_cast<int64_t>(batch) * kv_heads;
   if (quantized) {
-    plan_splits(bh, body_max(max_len, S, W), kIntChunk * kWarps, nsplit, split_len);
-    return nsplit + 1;
+    const int64_t sw = static_cast<int64_t>(S) + W, win = max_len < sw ? max_len : sw;
+    plan_quant(bh, body_max(max_len, S, W), win, nsplit, split_len, nwin);
+    return nsplit + nwin;
   }
+  nwin = 0;
   plan_splits(bh, max_len, kBf16Chunk * kWarps * 4, nsplit, split_len);
   return nsplit;
+}
+// Upper bound of decode_parts(quantized) over every sink / recent: body splits <= the split cap and
+// <= ceil(max_len / granule), windows <= kMaxWin.
+int quant_parts_bound(int batch, int kv_heads, int32_t max_len) {
+  const int64_t bh = static_cast<int64_t>(batch) * kv_heads;
+  int64_t ns = quant_split_cap(bh);
+  int64_t by_len = (static_cast<int64_t>(max_len) + kQuantGranule - 1) / kQuantGranule;
+  if (by_len < 1) by_len = 1;
+  ns = ns < by_len ? ns : by_len;
+  return static_cast<int>(ns + kMaxWin);
 }
 
 oscar_status launch_prefill(const CacheView& v, int bits, const uint16_t* k, const uint16_t* vv, const int32_t* lens,
@@ -761,16 +917,32 @@ oscar_status launch_decode(const CacheView* v, int bits, const uint16_t* k, cons
                            int64_t bh, float* out, int batch, cudaStream_t s, oscar_error* err, const char* fn) {
   if (bh > 65535) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch * kv_heads = %lld exceeds 65535", fn, (long long)bh);
   if (v) {
-    const dim3 grid(a.nsplit + 1, static_cast<unsigned>(bh));
-    if (bits == 2) kv_decode_kernel<2><<<grid, kWarps * 32, 0, s>>>(*v, a);
-    else kv_decode_kernel<4><<<grid, kWarps * 32, 0, s>>>(*v, a);
+    const dim3 grid(a.nsplit + a.nwin, static_cast<unsigned>(bh));
+    static bool attr_set[2] = {false, false};
+    if (!attr_set[bits == 2 ? 0 : 1]) {
+      if (bits == 2) cudaFuncSetAttribute(kv_decode_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(decode_smem_bytes<2>()));
+      else cudaFuncSetAttribute(kv_decode_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(decode_smem_bytes<4>()));
+      attr_set[bits == 2 ? 0 : 1] = true;
+    }
+    if (bits == 2) kv_decode_kernel<2><<<grid, kWarps * 32, decode_smem_bytes<2>(), s>>>(*v, a);
+    else kv_decode_kernel<4><<<grid, kWarps * 32, decode_smem_bytes<4>(), s>>>(*v, a);
   } else {
     const dim3 grid(a.nsplit, static_cast<unsigned>(bh));
     bf16_decode_kernel<<<grid, kWarps * 32, 0, s>>>(k, vv, cap, a);
   }
   oscar_status st = api::check_launch(err, fn);
   if (st != OSCAR_OK) return st;
-  merge_kernel<<<static_cast<unsigned>(static_cast<int64_t>(batch) * a.Hq), kHD, 0, s>>>(a, out);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(static_cast<int64_t>(batch) * a.Hq));
+  cfg.blockDim = dim3(kHD);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaLaunchKernelEx(&cfg, merge_kernel, a, out);
   return api::check_launch(err, fn);
 }
 
@@ -823,15 +995,11 @@ extern "C" size_t oscar_kv_decode_workspace_bytes(int32_t batch, int32_t num_q_h
   (void)num_q_heads;
   (void)head_dim;
   if (batch <= 0 || num_kv_heads <= 0 || max_seq_len < 0) return 0;
-  int ns;
+  int ns, nw;
   int64_t len;
-  const int np = kernels::decode_parts(batch, num_kv_heads, max_seq_len, quantized != 0, kvfmt::kDefaultSink,
-                                       kvfmt::kDefaultRecent, ns, len);
-  // The quantized plan depends on sink/recent; size for the worst case (no windows => most splits).
-  int ns2;
-  int64_t len2;
-  const int np2 = quantized ? kernels::decode_parts(batch, num_kv_heads, max_seq_len, true, 0, 1, ns2, len2) : np;
-  return kernels::decode_workspace(static_cast<int64_t>(batch) * num_kv_heads, np > np2 ? np : np2);
+  const int np = quantized ? kernels::quant_parts_bound(batch, num_kv_heads, max_seq_len)
+                           : kernels::decode_parts(batch, num_kv_heads, max_seq_len, false, 0, 0, ns, len, nw);
+  return kernels::decode_workspace(static_cast<int64_t>(batch) * num_kv_heads, np);
 }
 
 namespace {
@@ -861,7 +1029,8 @@ extern "C" oscar_status oscar_kv_decode(const oscar_kv_cache* cache, const void*
     return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d exceeds the cache capacity %lld", fn, max_seq_len,
                      (long long)oscar_kv_capacity(cache));
   kernels::DecodeArgs a;
-  a.np = kernels::decode_parts(cache->batch, cache->num_kv_heads, max_seq_len, true, cache->sink, cache->recent, a.nsplit, a.split_len);
+  a.np = kernels::decode_parts(cache->batch, cache->num_kv_heads, max_seq_len, true, cache->sink, cache->recent, a.nsplit, a.split_len,
+                              a.nwin);
   const int64_t bh = static_cast<int64_t>(cache->batch) * cache->num_kv_heads;
   const size_t need = kernels::decode_workspace(bh, a.np);
   if (workspace_bytes < need)
@@ -892,7 +1061,7 @@ extern "C" oscar_status oscar_bf16_decode(const void* k, const void* v, int32_t 
   if (max_seq_len > capacity)
     return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d exceeds capacity %lld", fn, max_seq_len, (long long)capacity);
   kernels::DecodeArgs a;
-  a.np = kernels::decode_parts(batch, num_kv_heads, max_seq_len, false, 0, 0, a.nsplit, a.split_len);
+  a.np = kernels::decode_parts(batch, num_kv_heads, max_seq_len, false, 0, 0, a.nsplit, a.split_len, a.nwin);
   const int64_t bh = static_cast<int64_t>(batch) * num_kv_heads;
   const size_t need = kernels::decode_workspace(bh, a.np);
   if (workspace_bytes < need)
