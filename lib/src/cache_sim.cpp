@@ -57,9 +57,14 @@ void quantize_head(float* x, int tokens, int d, const TensorQuant& q, const Cach
 }  // namespace
 
 SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTensor& v, const LayerRotations& rot) {
+  return simulate_layer(r, k, v, rot, cache_segments(r, k.tokens));
+}
+
+SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTensor& v, const LayerRotations& rot,
+                              const CacheSegments& segments) {
   const int H = k.heads, T = k.tokens, d = k.head_dim;
   SimulatedLayer out;
-  out.segments = cache_segments(r, T);
+  out.segments = segments;
   validate_spec(r.key, out.segments.body() > 0 ? out.segments.body() : (r.key.axis == QuantAxis::PerChannel ? r.key.group : 1), d);
   validate_spec(r.value, out.segments.body() > 0 ? out.segments.body() : (r.value.axis == QuantAxis::PerChannel ? r.value.group : 1), d);
   out.k_hat = k;

@@ -27,5 +27,9 @@ struct SimulatedLayer {
   CacheSegments segments;
 };
 SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTensor& v, const LayerRotations& rot);
+// The same with explicit segments over the given rows (a quantizing cache simulates a newly filled block
+// as all-body rows, and its window rows as all-window rows).
+SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTensor& v, const LayerRotations& rot,
+                              const CacheSegments& segments);
 
 }  // namespace oscar
