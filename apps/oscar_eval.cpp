@@ -1,6 +1,7 @@
 // oscar-eval: the model decodes with each recipe's quantized cache; loss, KL and top-1 agreement vs
 // full precision, a recall test and greedy generation.
 #include "app_main.h"
+#include "oscar/checkpoint.h"
 #include "oscar/eval.h"
 
 int main(int argc, char** argv) {
@@ -8,7 +9,7 @@ int main(int argc, char** argv) {
   oscar::EvalRequest r;
   std::vector<std::string> recipes{"fp16", "naive", "kivi", "quarot", "turboquant", "oscar-omni", "oscar-cov"};
   std::string out;
-  bool quiet = false;
+  bool quiet = false, clamp = false;
   app.add_option("--model", r.model, "llama2.c checkpoint")->required();
   app.add_option("--tokenizer", r.tokenizer, "llama2.c tokenizer")->required();
   app.add_option("--text", r.text, "text, one verse a line (plain or .gz)")->required();
@@ -23,11 +24,18 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", r.prompt, "prompt for greedy generation");
   app.add_option("--generate", r.generate, "tokens to generate greedily from --prompt")->default_val(0);
   app.add_option("--out", out, "folder for eval.csv, eval.md, recall.csv, recall.png");
+  app.add_flag("--clamp-groups", clamp, "per-token groups wider than the model's head_dim become head_dim (small models)");
   app.add_flag("--quiet", quiet, "no progress bar");
   return oscar::run_app("oscar-eval", app, argc, argv, [&] {
     r.progress = !quiet;
     for (const auto& name : recipes)
       r.recipes.push_back(name.ends_with(".yaml") ? oscar::load_recipe_file(name) : oscar::load_preset(name));
+    if (clamp) {
+      const int hd = oscar::load_checkpoint(r.model).config.head_dim();
+      for (auto& rf : r.recipes)
+        for (oscar::TensorQuant* q : {&rf.recipe.key, &rf.recipe.value})
+          if (q->axis == oscar::QuantAxis::PerToken && q->group > hd) q->group = 0;  // 0 = head_dim
+    }
     for (int b : r.bits)
       if (b < 1 || b > 8) oscar::fail("--bits {} out of range; use 1..8", b);
     const oscar::EvalResult res = oscar::run_eval(r);

@@ -31,9 +31,15 @@ TEST_CASE("token-by-token quantized cache equals the simulated policy", "[quanti
   const auto p = select_passage(test::kjv_text(), lines, 100, 300, tok);
   const Model m(ck);
   const int d = ck.config.head_dim(), H = ck.config.n_kv_heads;
-  for (const char* name : {"kivi", "quarot", "oscar-omni", "turboquant", "naive"}) {
+  for (const char* name : {"kivi", "quarot", "oscar-omni", "turboquant", "naive", "oscar-cov"}) {
     RecipeFile rf = load_preset(name);
     if (rf.recipe.value.group == 32) rf.recipe.value.group = 0;  // head_dim 8
+    if (std::string(name) == "oscar-cov") {  // its windows, scaled to 300 tokens; no calibration needed without rotations
+      rf.recipe.key_rotation.kind = rf.recipe.value_rotation.kind = RotationKind::Hadamard;
+      rf.recipe.key.group = rf.recipe.value.group = 0;
+      rf.recipe.windows.sink = 16;
+      rf.recipe.windows.recent = 40;
+    }
     const Recipe r = resolve_recipe(rf.recipe, 2, d);
     QuantizedKvCache cache(ck.config, r, nullptr);
     for (int t : p.tokens) m.forward(std::span<const int>(&t, 1), cache);

@@ -9,7 +9,7 @@ namespace oscar {
 
 QuantizedKvCache::QuantizedKvCache(const ModelConfig& c, const Recipe& recipe, const CovarianceRotations* calib)
     : KvCache(c), recipe_(recipe), n_kv_(c.n_kv_heads), head_dim_(c.head_dim()), k_hat_(c.n_layers), v_hat_(c.n_layers),
-      body_done_(c.n_layers, -1), rounded_(c.n_layers, 0) {
+      body_done_(c.n_layers, 0), rounded_(c.n_layers, 0) {
   if (recipe.calibrated() && !calib) fail("recipe {} needs calibration rotations (a calibration passage)", recipe.name);
   for (int l = 0; l < c.n_layers; ++l) rot_.push_back(layer_rotations(recipe, head_dim_, l, calib));
 }
@@ -54,7 +54,7 @@ void QuantizedKvCache::attention_view(int layer, const MatrixRM*& k, const Matri
   }
   // ... and newly filled body rows are quantized once, as one all-body block, overwriting them.
   int& done = body_done_[layer];
-  if (done < 0) done = seg.sink_end;
+  done = std::max(done, seg.sink_end);  // the sink grows with the first tokens; the body starts after it
   if (seg.body_end < done) fail("internal: the body of layer {} shrank from {} to {} rows", layer, done, seg.body_end);
   if (seg.body_end > done) {
     const int n = seg.body_end - done;

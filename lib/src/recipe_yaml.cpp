@@ -142,7 +142,10 @@ RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeF
       fail("{}: window sizes must be >= 0", where(w, file));
   }
   if (r.name.empty()) fail("{}: a recipe needs a name", where(node, file));
-  if (out.bits.empty()) out.bits = {r.key.bits < 16 ? r.key.bits : 16};
+  if (out.bits.empty()) {  // a recipe that names no widths: its own, else the usual low-bit range
+    const bool fixed = r.key.bits < 16 || (node["key"] && node["key"]["bits"]) || (node["value"] && node["value"]["bits"]);
+    out.bits = fixed ? std::vector<int>{r.key.bits} : std::vector<int>{2, 3, 4};
+  }
   return out;
 }
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# run_eval.sh [BUILD_DIR]: oscar-eval on both bundled models at 2 bits: held-out Revelation, oscar-cov
+# calibrated on Genesis, the recall test and greedy generation; into ${OSCAR_RESULTS:-results}/eval/.
+# QUICK=1 runs a reduced version (shorter passages, two recall distances) for the CI test.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+cd "$root"
+out=${OSCAR_RESULTS:-results}/eval
+tok=data/stories260K/tok512.bin; text=data/text/kjv.txt.gz
+recipes=fp16,naive,kivi,quarot,turboquant,oscar-omni,oscar-cov
+if [ "${QUICK:-0}" = 1 ]; then
+  hd=(--tokens 384 --calib-tokens 512 --recall 128,256 --recall-span 32 --generate 16)
+  st=(--tokens 256 --calib-tokens 256 --recall 64,128 --recall-span 32 --generate 16)
+else
+  hd=(--tokens 2048 --calib-tokens 2048 --recall 256,512,1024,1536 --recall-span 64 --generate 48)
+  st=(--tokens 512 --calib-tokens 512 --recall 64,128,256,384 --recall-span 32 --generate 40)
+fi
+"$build/apps/oscar-eval" --quiet --model data/kjv-llama-hd128/kjv-llama-hd128.f16 --tokenizer $tok --text $text \
+  --offset -404 --calib-offset 0 --recipes $recipes --bits 2 "${hd[@]}" \
+  --prompt "And God said, Let there be light: and there was light." --out "$out/kjv-hd128" >/dev/null
+"$build/apps/oscar-eval" --quiet --model data/stories260K/stories260K.bin --tokenizer $tok --text $text \
+  --offset -404 --calib-offset 0 --recipes $recipes --bits 2 --clamp-groups "${st[@]}" \
+  --prompt "Once upon a time, there was a little girl named Lily." --out "$out/stories260k" >/dev/null
+echo "eval: $out/kjv-hd128/eval.md, $out/stories260k/eval.md"
