@@ -5,15 +5,21 @@ Writes README atomically; fails (README untouched) if any table is missing."""
 import os, re, sys
 
 readme, stamp = sys.argv[1], sys.argv[2]
+res = sys.argv[3] if len(sys.argv) > 3 else "results"
 def tni():
-    t = open("results/tni/table.txt").read()
+    t = open(f"{res}/tni/table.txt").read()
     summary = t[t.index("TNI summary"):].strip()
     return f"`bash experiments/main.sh` ({stamp}); kjv-llama-hd128, Revelation, 2048 tokens:\n\n```\n{summary}\n```"
 def sweep(name):
-    md = open(f"results/sweep/{name}/summary.md").read()
+    md = open(f"{res}/sweep/{name}/summary.md").read()
     md = "\n".join(l for l in md.splitlines() if not l.startswith("<!--")).strip()
-    return f"`oscar-sweep experiments/sweeps/{name}.yaml` ({stamp}):\n\n{md}\n\n![Pareto plot](results/sweep/{name}/pareto.png)"
-blocks = {"tni": tni, "sweep-kjv-hd128": lambda: sweep("kjv-hd128"), "sweep-stories260k": lambda: sweep("stories260k")}
+    return f"`oscar-sweep experiments/sweeps/{name}.yaml` ({stamp}):\n\n{md}\n\n![Pareto plot]({res}/sweep/{name}/pareto.png)"
+def evaluation(name, cmd):
+    md = open(f"{res}/eval/{name}/eval.md").read().strip()
+    return f"`{cmd}` ({stamp}):\n\n{md}\n\n![Recall plot]({res}/eval/{name}/recall.png)"
+blocks = {"eval-kjv-hd128": lambda: evaluation("kjv-hd128", "experiments/run_eval.sh"),
+          "eval-stories260k": lambda: evaluation("stories260k", "experiments/run_eval.sh"),
+          "tni": tni, "sweep-kjv-hd128": lambda: sweep("kjv-hd128"), "sweep-stories260k": lambda: sweep("stories260k")}
 text = open(readme).read()
 for name, make in blocks.items():
     pat = re.compile(rf"(<!-- BEGIN {re.escape(name)} -->\n).*?(<!-- END {re.escape(name)} -->)", re.S)
