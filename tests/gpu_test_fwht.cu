@@ -10,16 +10,7 @@
 #include "oscar/fwht_math.h"
 #include "oscar_kernels.h"
 
-static int failures = 0;
-#define EXPECT(cond, ...)                                     \
-  do {                                                        \
-    if (!(cond)) {                                            \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__);        \
-      std::printf(__VA_ARGS__);                               \
-      std::printf("\n");                                      \
-      ++failures;                                             \
-    }                                                         \
-  } while (0)
+#include "gpu_check.h"
 
 int main() {
   if (oscar_device_count() == 0) {

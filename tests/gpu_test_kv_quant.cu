@@ -15,17 +15,7 @@
 #include "oscar/quant_rules.h"
 #include "oscar_kv.h"
 
-static int failures = 0;
-#define EXPECT(cond, ...)                              \
-  do {                                                 \
-    if (!(cond)) {                                     \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      std::printf(__VA_ARGS__);                        \
-      std::printf("\n");                               \
-      ++failures;                                      \
-    }                                                  \
-  } while (0)
-#define CK(call) EXPECT((call) == cudaSuccess, "%s", #call)
+#include "gpu_check.h"
 
 namespace {
 constexpr int D = 128;

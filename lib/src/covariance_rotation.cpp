@@ -8,6 +8,7 @@
 
 #include "oscar/dump.h"
 #include "oscar/error.h"
+#include "oscar/h5_attrs.h"
 #include "oscar/file_io.h"
 #include "oscar/progress.h"
 #include "oscar/rotation.h"
@@ -64,17 +65,6 @@ Eigen::MatrixXd value_covariance(const LayerDump& L, const Eigen::MatrixXd& CK, 
 }
 
 // ---- HDF5 helpers ----
-void put_str(H5::H5Object& o, const char* name, const std::string& v) {
-  H5::StrType st(H5::PredType::C_S1, H5T_VARIABLE);
-  st.setCset(H5T_CSET_UTF8);
-  H5::Attribute a = o.createAttribute(name, st, H5::DataSpace(H5S_SCALAR));
-  a.write(st, v);
-}
-void put_i64(H5::H5Object& o, const char* name, long long v) {
-  H5::Attribute a = o.createAttribute(name, H5::PredType::STD_I64LE, H5::DataSpace(H5S_SCALAR));
-  a.write(H5::PredType::NATIVE_LLONG, &v);
-}
-
 // Eigen matrices are column-major; the file stores row-major [rows, cols] (C order).
 void put_matrix(H5::Group& g, const char* name, const Eigen::MatrixXd& m) {
   const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rm = m;
@@ -88,30 +78,7 @@ void put_vector(H5::Group& g, const char* name, const Eigen::VectorXd& v) {
   ds.write(v.data(), H5::PredType::NATIVE_DOUBLE);
 }
 
-struct Reader {
-  const H5::H5File& f;
-  const std::string& path;
-  H5::Attribute attr(const char* name) const {
-    if (!f.attrExists(name))
-      fail("{}: missing root attribute '{}'; this is not an oscar-kv rotations file (re-run the calibration)", path,
-           name);
-    return f.openAttribute(name);
-  }
-  std::string str(const char* name) const {
-    H5::Attribute a = attr(name);
-    if (a.getTypeClass() != H5T_STRING) fail("{}: root attribute '{}' must be a string", path, name);
-    std::string s;
-    a.read(a.getStrType(), s);
-    return s;
-  }
-  long long i64(const char* name) const {
-    H5::Attribute a = attr(name);
-    if (a.getTypeClass() != H5T_INTEGER || a.getSpace().getSimpleExtentNpoints() != 1)
-      fail("{}: root attribute '{}' must be a scalar integer", path, name);
-    long long v;
-    a.read(H5::PredType::NATIVE_LLONG, &v);
-    return v;
-  }
+struct Reader : h5::AttrReader {
   H5::DataSet dataset(const H5::Group& g, const std::string& gname, const char* name, int rank, int d) const {
     if (!g.nameExists(name))
       fail("{}: dataset /{}/{} is missing; the rotations file is incomplete: re-run the calibration", path, gname,
@@ -235,17 +202,17 @@ Eigen::MatrixXd covariance_rotation_matrix(const Eigen::MatrixXd& U, const std::
 
 void save_covariance_rotations(const CovarianceRotations& c, const std::string& path) {
   check_consistent(c, path);
-  H5::Exception::dontPrint();
+  h5::silence();
   AtomicOutput out(path);
   try {
     H5::H5File f(out.temp_path().string(), H5F_ACC_TRUNC);
-    put_str(f, "format", kRotFormat);
-    put_i64(f, "format_version", kRotVersion);
-    put_str(f, "model_name", c.model_name);
-    put_str(f, "checkpoint_sha256", c.checkpoint_sha256);
-    put_str(f, "calibration_path", c.calibration_path);
-    put_i64(f, "n_layers", c.n_layers);
-    put_i64(f, "head_dim", c.head_dim);
+    h5::put_str(f, "format", kRotFormat);
+    h5::put_i64(f, "format_version", kRotVersion);
+    h5::put_str(f, "model_name", c.model_name);
+    h5::put_str(f, "checkpoint_sha256", c.checkpoint_sha256);
+    h5::put_str(f, "calibration_path", c.calibration_path);
+    h5::put_i64(f, "n_layers", c.n_layers);
+    h5::put_i64(f, "head_dim", c.head_dim);
     for (int l = 0; l < c.n_layers; ++l) {
       H5::Group g = f.createGroup(layer_group(l));
       put_matrix(g, "key_cov", c.key_cov[l]);
@@ -263,7 +230,7 @@ void save_covariance_rotations(const CovarianceRotations& c, const std::string& 
 }
 
 CovarianceRotations load_covariance_rotations(const std::string& path) {
-  H5::Exception::dontPrint();
+  h5::silence();
   {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec))
@@ -275,7 +242,7 @@ CovarianceRotations load_covariance_rotations(const std::string& path) {
   CovarianceRotations c;
   try {
     const H5::H5File f(path, H5F_ACC_RDONLY);
-    const Reader R{f, path};
+    const Reader R{{f, path, "this is not an oscar-kv rotations file (re-run the calibration)"}};
     const std::string format = R.str("format");
     if (format != kRotFormat) fail("{}: attribute format='{}', expected '{}'", path, format, kRotFormat);
     const long long version = R.i64("format_version");

@@ -9,6 +9,7 @@
 
 #include "oscar/error.h"
 #include "oscar/file_io.h"
+#include "oscar/h5_attrs.h"
 
 namespace oscar {
 
@@ -25,59 +26,6 @@ H5::FloatType float16_type() {
   t.setEbias(15);
   return t;
 }
-
-void silence_hdf5() { H5::Exception::dontPrint(); }
-
-// ---- attributes ----
-void put_str(H5::H5Object& o, const char* name, const std::string& v) {
-  H5::StrType st(H5::PredType::C_S1, H5T_VARIABLE);
-  st.setCset(H5T_CSET_UTF8);
-  H5::Attribute a = o.createAttribute(name, st, H5::DataSpace(H5S_SCALAR));
-  a.write(st, v);
-}
-void put_i64(H5::H5Object& o, const char* name, long long v) {
-  H5::Attribute a = o.createAttribute(name, H5::PredType::STD_I64LE, H5::DataSpace(H5S_SCALAR));
-  a.write(H5::PredType::NATIVE_LLONG, &v);
-}
-void put_f64(H5::H5Object& o, const char* name, double v) {
-  H5::Attribute a = o.createAttribute(name, H5::PredType::IEEE_F64LE, H5::DataSpace(H5S_SCALAR));
-  a.write(H5::PredType::NATIVE_DOUBLE, &v);
-}
-
-struct AttrReader {
-  const H5::H5File& f;
-  const std::string& path;
-  H5::Attribute open(const char* name) const {
-    if (!f.attrExists(name))
-      fail("{}: missing root attribute '{}'; this file does not follow the oscar-kv dump schema v1 (see README, "
-           "'Dump format')", path, name);
-    return f.openAttribute(name);
-  }
-  std::string str(const char* name) const {
-    H5::Attribute a = open(name);
-    if (a.getTypeClass() != H5T_STRING) fail("{}: root attribute '{}' must be a string", path, name);
-    std::string s;
-    a.read(a.getStrType(), s);
-    return s;
-  }
-  long long i64(const char* name) const {
-    H5::Attribute a = open(name);
-    if (a.getTypeClass() != H5T_INTEGER || a.getSpace().getSimpleExtentNpoints() != 1)
-      fail("{}: root attribute '{}' must be a scalar integer", path, name);
-    long long v;
-    a.read(H5::PredType::NATIVE_LLONG, &v);
-    return v;
-  }
-  double f64(const char* name) const {
-    H5::Attribute a = open(name);
-    const auto cls = a.getTypeClass();
-    if ((cls != H5T_FLOAT && cls != H5T_INTEGER) || a.getSpace().getSimpleExtentNpoints() != 1)
-      fail("{}: root attribute '{}' must be a scalar number", path, name);
-    double v;
-    a.read(H5::PredType::NATIVE_DOUBLE, &v);
-    return v;
-  }
-};
 
 void check_finite(const float* p, size_t n, const std::string& path, int layer, const std::string& tensor, int tokens,
                   int head_dim) {
@@ -105,7 +53,7 @@ struct DumpWriter::Impl {
 DumpWriter::DumpWriter(const std::string& path, const DumpInfo& info, const std::vector<int>& token_ids,
                        const std::vector<std::string>& token_text)
     : impl_(std::make_unique<Impl>(path)) {
-  silence_hdf5();
+  h5::silence();
   impl_->info = info;
   impl_->written.assign(info.n_layers, 0);
   if (info.storage_dtype != "float32" && info.storage_dtype != "float16")
@@ -115,21 +63,21 @@ DumpWriter::DumpWriter(const std::string& path, const DumpInfo& info, const std:
   try {
     impl_->file = std::make_unique<H5::H5File>(impl_->out.temp_path().string(), H5F_ACC_TRUNC);
     H5::H5File& f = *impl_->file;
-    put_str(f, "format", kDumpFormat);
-    put_i64(f, "format_version", kDumpVersion);
-    put_str(f, "model_name", info.model_name);
-    put_str(f, "checkpoint_sha256", info.checkpoint_sha256);
-    put_i64(f, "n_layers", info.n_layers);
-    put_i64(f, "n_heads", info.n_heads);
-    put_i64(f, "n_kv_heads", info.n_kv_heads);
-    put_i64(f, "head_dim", info.head_dim);
-    put_str(f, "rope_convention", info.rope_convention);
-    put_f64(f, "rope_theta", info.rope_theta);
-    put_str(f, "text_source", info.text_source);
-    put_i64(f, "token_count", info.token_count);
-    put_str(f, "storage_dtype", info.storage_dtype);
-    if (std::isfinite(info.mean_next_token_loss)) put_f64(f, "mean_next_token_loss", info.mean_next_token_loss);
-    if (!info.producer.empty()) put_str(f, "producer", info.producer);
+    h5::put_str(f, "format", kDumpFormat);
+    h5::put_i64(f, "format_version", kDumpVersion);
+    h5::put_str(f, "model_name", info.model_name);
+    h5::put_str(f, "checkpoint_sha256", info.checkpoint_sha256);
+    h5::put_i64(f, "n_layers", info.n_layers);
+    h5::put_i64(f, "n_heads", info.n_heads);
+    h5::put_i64(f, "n_kv_heads", info.n_kv_heads);
+    h5::put_i64(f, "head_dim", info.head_dim);
+    h5::put_str(f, "rope_convention", info.rope_convention);
+    h5::put_f64(f, "rope_theta", info.rope_theta);
+    h5::put_str(f, "text_source", info.text_source);
+    h5::put_i64(f, "token_count", info.token_count);
+    h5::put_str(f, "storage_dtype", info.storage_dtype);
+    if (std::isfinite(info.mean_next_token_loss)) h5::put_f64(f, "mean_next_token_loss", info.mean_next_token_loss);
+    if (!info.producer.empty()) h5::put_str(f, "producer", info.producer);
     hsize_t n = token_ids.size();
     H5::DataSet ids = f.createDataSet("token_ids", H5::PredType::STD_I32LE, H5::DataSpace(1, &n));
     if (n) ids.write(token_ids.data(), H5::PredType::NATIVE_INT);
@@ -194,7 +142,7 @@ void DumpWriter::write_layer(const LayerQKV& a) {
 
 void DumpWriter::set_mean_next_token_loss(double loss) {
   try {
-    put_f64(*impl_->file, "mean_next_token_loss", loss);
+    h5::put_f64(*impl_->file, "mean_next_token_loss", loss);
   } catch (const H5::Exception& e) {
     fail("{}: writing an attribute failed ({})", impl_->out.final_path().string(), e.getDetailMsg());
   }
@@ -229,7 +177,7 @@ const std::vector<int>& DumpReader::token_ids() const { return impl_->ids; }
 const std::vector<std::string>& DumpReader::token_text() const { return impl_->text; }
 
 DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
-  silence_hdf5();
+  h5::silence();
   impl_->path = path;
   {
     std::error_code ec;
@@ -246,7 +194,7 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
   const H5::H5File& f = *impl_->file;
   DumpInfo& I = impl_->info;
   try {
-    AttrReader A{f, path};
+    const h5::AttrReader A{f, path, "this file does not follow the oscar-kv dump schema v1 (see README, 'Dump format')"};
     const std::string format = A.str("format");
     if (format != kDumpFormat) fail("{}: attribute format='{}', expected '{}'", path, format, kDumpFormat);
     const long long version = A.i64("format_version");

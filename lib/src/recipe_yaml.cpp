@@ -16,21 +16,9 @@ namespace oscar {
 
 namespace {
 
-std::string where(const YAML::Node& n, const std::string& file) {
-  const auto m = n.Mark();
-  return m.line >= 0 ? fmt::format("{}:{}", file, m.line + 1) : file;
-}
-
-void check_keys(const YAML::Node& n, const std::string& file, const std::string& what, const std::set<std::string>& allowed) {
-  if (!n.IsMap()) fail("{}: {} must be a map of key: value", where(n, file), what);
-  for (auto it = n.begin(); it != n.end(); ++it) {
-    const std::string k = it->first.as<std::string>();
-    if (!allowed.count(k)) {
-      std::string list;
-      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      fail("{}: unknown key '{}' in {}; expected one of: {}", where(it->first, file), k, what, list);
-    }
-  }
+std::string where(const YAML::Node& n, const std::string& file) { return yaml_where(n, file); }
+void check_keys(const YAML::Node& n, const std::string& file, const std::string& what, const std::vector<std::string>& allowed) {
+  yaml_check_keys(n, file, what, allowed);
 }
 
 template <class T>
@@ -107,6 +95,24 @@ void parse_rotation(const YAML::Node& n, const std::string& file, const std::str
 }
 
 }  // namespace
+
+std::string yaml_where(const YAML::Node& n, const std::string& file) {
+  const auto m = n.Mark();
+  return m.line >= 0 ? fmt::format("{}:{}", file, m.line + 1) : file;
+}
+
+void yaml_check_keys(const YAML::Node& n, const std::string& file, const std::string& what,
+                     const std::vector<std::string>& allowed) {
+  if (!n.IsMap()) fail("{}: {} must be a map of key: value", yaml_where(n, file), what);
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      fail("{}: unknown key '{}' in {}; expected one of: {}", yaml_where(it->first, file), k, what, list);
+    }
+  }
+}
 
 RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeFile base) {
   check_keys(node, file, "a recipe",

@@ -26,20 +26,9 @@ namespace oscar {
 
 namespace {
 
-std::string line_of(const YAML::Node& n, const std::string& file) {
-  return n.Mark().line >= 0 ? fmt::format("{}:{}", file, n.Mark().line + 1) : file;
-}
-
-void check_keys(const YAML::Node& n, const std::string& file, const std::string& what, const std::set<std::string>& allowed) {
-  if (!n.IsMap()) fail("{}: {} must be a map", line_of(n, file), what);
-  for (auto it = n.begin(); it != n.end(); ++it) {
-    const auto k = it->first.as<std::string>();
-    if (!allowed.count(k)) {
-      std::string list;
-      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      fail("{}: unknown key '{}' in {}; expected one of: {}", line_of(it->first, file), k, what, list);
-    }
-  }
+std::string line_of(const YAML::Node& n, const std::string& file) { return yaml_where(n, file); }
+void check_keys(const YAML::Node& n, const std::string& file, const std::string& what, const std::vector<std::string>& allowed) {
+  yaml_check_keys(n, file, what, allowed);
 }
 
 std::string rel_to(const std::string& file, const std::string& p) {

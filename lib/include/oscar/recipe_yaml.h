@@ -28,6 +28,12 @@ std::string presets_dir();
 // Error when the recipe cannot apply to this head_dim (Hadamard on a non-power of two, groups).
 Recipe resolve_recipe(const Recipe& r, int bits, int head_dim);
 
+// Strict-YAML helpers shared by the config readers: "file:line" of a node, and a check that a map has
+// only the allowed keys (an unknown key is an error naming its line and the allowed ones).
+std::string yaml_where(const YAML::Node& n, const std::string& file);
+void yaml_check_keys(const YAML::Node& n, const std::string& file, const std::string& what,
+                     const std::vector<std::string>& allowed);
+
 // "2-bit kivi" style label: NAME@BITS ("fp16" stays).
 std::string recipe_label(const Recipe& r);
 
