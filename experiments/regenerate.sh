@@ -23,6 +23,7 @@ bash experiments/main.sh
 [ -x build/apps/oscar-sweep ] || { echo "regenerate: build first (bash .ci/setup)" >&2; exit 1; }
 experiments/run_sweeps.sh build "$res/sweep"
 QUICK=$quick experiments/run_eval.sh build
-stamp="$(date -u +%Y-%m-%d), $(nproc) cores, $(( $(date +%s) - start )) s in all$([ $quick = 1 ] && echo ', quick mode')"
+mode=""; if [ "$quick" = 1 ]; then mode=", quick mode"; fi
+stamp="$(date -u +%Y-%m-%d), $(nproc) cores, $(( $(date +%s) - start )) s in all$mode"
 python3 experiments/splice_readme.py "$readme" "$stamp" "$res"
 echo "regenerate: $readme updated ($stamp)"

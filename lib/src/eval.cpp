@@ -125,13 +125,17 @@ EvalResult run_eval(const EvalRequest& req) {
   if (!req.recall_distances.empty()) {
     const int span = req.recall_span;
     const std::vector<int> a(p.tokens.begin() + 1, p.tokens.begin() + 1 + span);
+    const int newline = tok.encode("\n", false, false).back();
     const Passage filler = select_passage(req.text, lines, req.calib_offset, std::min<int>(ck.config.seq_len, 4096), tok);
     for (int dist : req.recall_distances) {
       if (1 + 2 * span + dist > ck.config.seq_len)
         fail("recall distance {} with a span of {} exceeds the model's context {}", dist, span, ck.config.seq_len);
+      // BOS, A, newline, filler (cut to dist - 2 tokens), newline, A: both copies of A start a line.
       std::vector<int> seq{Tokenizer::kBos};
       seq.insert(seq.end(), a.begin(), a.end());
-      seq.insert(seq.end(), filler.tokens.begin() + 1, filler.tokens.begin() + 1 + dist);
+      seq.push_back(newline);
+      seq.insert(seq.end(), filler.tokens.begin() + 2, filler.tokens.begin() + dist);
+      seq.push_back(newline);
       seq.insert(seq.end(), a.begin(), a.end());
       auto span_loss = [&](const MatrixRM& logits, int first) {  // mean loss predicting tokens first..first+span-1
         const auto l = next_token_losses(logits, seq);
