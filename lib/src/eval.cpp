@@ -53,6 +53,12 @@ EvalResult run_eval(const EvalRequest& req) {
   if (req.tokens > ck.config.seq_len)
     fail("--tokens {} is beyond the model's context ({} has seq_len {})", req.tokens, req.model, ck.config.seq_len);
   const Passage p = select_passage(req.text, lines, req.offset, req.tokens, tok);
+  if (req.generate > 0 && !req.prompt.empty()) {  // checked before any work
+    const auto prompt = tok.encode(req.prompt, true, false);
+    if (static_cast<int>(prompt.size()) + req.generate > ck.config.seq_len)
+      fail("--prompt has {} tokens; with --generate {} that exceeds {}'s context of {} tokens: shorten the prompt or "
+           "generate fewer tokens", prompt.size(), req.generate, req.model, ck.config.seq_len);
+  }
   const Model m(ck);
   const int hd = ck.config.head_dim();
   EvalResult res;
