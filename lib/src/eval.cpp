@@ -40,9 +40,6 @@ Eigen::VectorXd log_softmax(const Eigen::RowVectorXf& x) {
   return d.array() - lse;
 }
 
-std::unique_ptr<QuantizedKvCache> make_cache(const ModelConfig& c, const Recipe& r, const CovarianceRotations* calib) {
-  return std::make_unique<QuantizedKvCache>(c, r, calib);
-}
 
 }  // namespace
 
@@ -102,7 +99,7 @@ EvalResult run_eval(const EvalRequest& req) {
   const MatrixRM ref = decode_all(m, ref_cache, p.tokens);
   const double ref_loss = mean_next_token_loss(ref, p.tokens);
   for (const Job& j : jobs) {
-    auto cache = make_cache(ck.config, j.r, calib.get());
+    auto cache = std::make_unique<QuantizedKvCache>(ck.config, j.r, calib.get());
     const MatrixRM q = decode_all(m, *cache, p.tokens);
     EvalRow row;
     row.recipe = j.r.name;
@@ -150,7 +147,7 @@ EvalResult run_eval(const EvalRequest& req) {
         return s / span;
       };
       for (const Job& j : jobs) {
-        auto cache = make_cache(ck.config, j.r, calib.get());
+        auto cache = std::make_unique<QuantizedKvCache>(ck.config, j.r, calib.get());
         const MatrixRM q = decode_all(m, *cache, seq);
         res.recall.push_back({j.r.name, dist, span_loss(q, 1 + span + dist), span_loss(q, 1)});
         bar.advance();
@@ -182,7 +179,7 @@ EvalResult run_eval(const EvalRequest& req) {
     };
     res.greedy.push_back({"full precision (fp32)", text_of(base), static_cast<int>(base.size()), static_cast<int>(base.size())});
     for (const Job& j : jobs) {
-      auto cache = make_cache(ck.config, j.r, calib.get());
+      auto cache = std::make_unique<QuantizedKvCache>(ck.config, j.r, calib.get());
       const auto ids = gen(*cache);
       int same = 0;
       while (same < static_cast<int>(std::min(ids.size(), base.size())) && ids[same] == base[same]) ++same;

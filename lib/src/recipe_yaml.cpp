@@ -213,6 +213,5 @@ Recipe resolve_recipe(const Recipe& in, int bits, int head_dim) {
   return r;
 }
 
-std::string recipe_label(const Recipe& r) { return r.name; }
 
 }  // namespace oscar

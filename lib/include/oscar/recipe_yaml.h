@@ -34,7 +34,5 @@ std::string yaml_where(const YAML::Node& n, const std::string& file);
 void yaml_check_keys(const YAML::Node& n, const std::string& file, const std::string& what,
                      const std::vector<std::string>& allowed);
 
-// "2-bit kivi" style label: NAME@BITS ("fp16" stays).
-std::string recipe_label(const Recipe& r);
 
 }  // namespace oscar
