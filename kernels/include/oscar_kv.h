@@ -1,5 +1,6 @@
-/* oscar_kv.h: C API of the quantized KV cache (recipe oscar-cov; layout in oscar/kv_cache_format.h)
- * and of the decode-attention kernels. Same contract as oscar_kernels.h: oscar_status return, message in
+/* oscar_kv.h: C API of the quantized KV caches (recipe oscar-cov: oscar_kv_*, layout in
+ * oscar/kv_cache_format.h; recipe oscar-omni: oscar_omni_*, layout in oscar/omni_format.h) and of the
+ * decode-attention kernels. Same contract as oscar_kernels.h: oscar_status return, message in
  * *err, device pointers from cudaMalloc, stream as void*, no global state, asynchronous on `stream`.
  * Supported: head_dim 128; body bits 2 or 4; query heads a multiple of KV heads with at most 8 query
  * heads per KV head (GQA). All bf16 tensors are raw uint16 bf16 bits. */
@@ -43,7 +44,7 @@ oscar_status oscar_kv_prefill(const oscar_kv_cache* cache, const void* k, const 
 oscar_status oscar_kv_append(const oscar_kv_cache* cache, const void* k_new, const void* v_new,
                              const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err);
 
-/* Workspace bytes oscar_kv_decode / oscar_bf16_decode need for these shapes on the current device. */
+/* Workspace bytes oscar_kv_decode / oscar_omni_decode (quantized = 1) / oscar_bf16_decode (0) need for these shapes on the current device. */
 size_t oscar_kv_decode_workspace_bytes(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
                                        int32_t head_dim, int32_t max_seq_len, int32_t quantized);
 
@@ -59,6 +60,40 @@ oscar_status oscar_bf16_decode(const void* k, const void* v, int32_t batch, int3
                                int64_t capacity, int32_t head_dim, const void* q, int32_t num_q_heads,
                                const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale, float* out,
                                void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
+
+
+/* ---- oscar-omni (OScaR): Hadamard-rotated K/V, per-token key norms over all KV heads, keys per channel
+ * over 32-token blocks, values per token in 32-channel groups, BF16 residual block of 128 tokens.
+ * Layout and byte sizes: oscar/omni_format.h. Supported: head_dim 128, bits 2 or 4. */
+typedef struct oscar_omni_cache {
+  int32_t batch, num_kv_heads, head_dim, bits;
+  int64_t body_capacity;          /* body tokens per (sequence, KV head); a multiple of 128 */
+  void* k_res; void* v_res;       /* bf16 [B*Hkv][128][head_dim] residual block (16-byte aligned) */
+  void* k_codes; void* v_codes;   /* uint8 [B*Hkv][body_capacity][head_dim*bits/8] */
+  void* k_params;                 /* fp16 (scale, zero) [B*Hkv][body_capacity/32][head_dim] */
+  void* v_params;                 /* fp16 (scale, zero) [B*Hkv][body_capacity][head_dim/32] */
+  void* k_norms;                  /* fp16 [B][body_capacity] */
+} oscar_omni_cache;
+
+/* Tokens one sequence can hold: body_capacity + 127. */
+int64_t oscar_omni_capacity(const oscar_omni_cache* cache);
+
+/* Prefill tokens [0, seq_lens[b]) from k, v: bf16 [B][Hkv][max_len][head_dim] (already rotated); the
+ * first 128*floor(L/128) tokens are quantized (codes bit-exact with the CPU twin), the rest copied into
+ * the residual block. Same conventions as oscar_kv_prefill. */
+oscar_status oscar_omni_prefill(const oscar_omni_cache* cache, const void* k, const void* v, const int32_t* seq_lens,
+                                int32_t max_len, void* stream, oscar_error* err);
+
+/* Append token t = seq_lens[b] (k_new, v_new: bf16 [B][Hkv][head_dim]); completes and quantizes a
+ * residual block when t % 128 == 127. Does not modify seq_lens; max_seq_len + 1 <= capacity. */
+oscar_status oscar_omni_append(const oscar_omni_cache* cache, const void* k_new, const void* v_new, const int32_t* seq_lens,
+                               int32_t max_seq_len, void* stream, oscar_error* err);
+
+/* Decode attention over the omni cache; same contract as oscar_kv_decode (q rotated by H, out still
+ * rotated by H); workspace: oscar_kv_decode_workspace_bytes(..., quantized = 1). */
+oscar_status oscar_omni_decode(const oscar_omni_cache* cache, const void* q, int32_t num_q_heads, const int32_t* seq_lens,
+                               int32_t max_seq_len, float softmax_scale, float* out, void* workspace,
+                               size_t workspace_bytes, void* stream, oscar_error* err);
 
 #ifdef __cplusplus
 }

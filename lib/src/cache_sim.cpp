@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "oscar/error.h"
+#include "oscar/omni_format.h"
 #include "oscar/quantizer.h"
 
 namespace oscar {
@@ -76,15 +77,9 @@ SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTe
   std::vector<float> norms;
   if (r.omni_token_scaling && r.key.quantized()) {  // per-token norm over all KV heads of the layer
     norms.assign(T, 0.f);
-    for (int t = 0; t < T; ++t) {
-      double ss = 0;
-      for (int h = 0; h < H; ++h)
-        for (int c = 0; c < d; ++c) {
-          const double x = out.k_hat.head(h)[static_cast<long>(t) * d + c];
-          ss += x * x;
-        }
-      norms[t] = store_param(static_cast<float>(std::sqrt(ss)), r.norm_dtype);
-    }
+    for (int t = 0; t < T; ++t)  // the kernels' summation order (omni_format.h), so both agree bit for bit
+      norms[t] = omnifmt::omni_token_norm(
+          [&](int i) { return out.k_hat.head(i / d)[static_cast<long>(t) * d + i % d]; }, H * d, r.norm_dtype);
   }
   for (int h = 0; h < H; ++h) {
     quantize_head(out.k_hat.head(h), T, d, r.key, out.segments, r.windows.window_dtype, norms);
