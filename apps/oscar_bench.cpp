@@ -1,5 +1,5 @@
-// oscar_bench.cpp: oscar-bench: decode-attention and prefill-quantize throughput of the oscar-cov
-// INT2/INT4 caches and of our BF16 baseline, on Llama-3-8B attention shapes (32 query / 8 KV heads,
+// oscar_bench.cpp: oscar-bench: decode-attention and prefill-quantize throughput of the oscar-cov and
+// oscar-omni INT2/INT4 caches and of our BF16 baseline, on Llama-3-8B attention shapes (32 query / 8 KV heads,
 // head_dim 128), through the C API only (oscar_kv.h) and the CUDA runtime. CUDA-event timing, warm-up,
 // median of repeats; caches rotated so every repeat reads at least 256 MB (more than the 50 MB L2);
 // a device-to-device copy measured in the same run gives the bandwidth ceiling. Prints a Markdown
@@ -17,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 #include "oscar/kv_cache_format.h"
+#include "oscar/omni_format.h"
 #include "oscar_kv.h"
 
 namespace {
@@ -62,8 +63,8 @@ double time_median_us(F&& f, int warmup, int reps) {
   return t[t.size() / 2];
 }
 
-void fill_random_bf16(uint16_t* dst, size_t n, std::mt19937& rng) {
-  static std::vector<uint16_t> chunk;
+// `chunk`: a host buffer of N(0,1) bf16 values made on first use and reused for every fill.
+void fill_random_bf16(uint16_t* dst, size_t n, std::mt19937& rng, std::vector<uint16_t>& chunk) {
   if (chunk.empty()) {
     chunk.resize(size_t(1) << 24);  // 32 MB of N(0,1) bf16
     std::normal_distribution<float> nd(0.f, 1.f);
@@ -108,6 +109,7 @@ int main(int argc, char** argv) {
     const int D = 128, S = oscar::kvfmt::kDefaultSink, W = oscar::kvfmt::kDefaultRecent;
     const double min_bytes = 256e6;
     std::mt19937 rng(1);
+    std::vector<uint16_t> chunk;
 
     // Copy ceiling: 1 GiB device-to-device, bytes read + written.
     double copy_tbps = 0;
@@ -134,7 +136,7 @@ int main(int argc, char** argv) {
         const int nrot = int(std::min<double>(64, std::ceil(min_bytes / double(bf16_bytes))));
         size_t free_b = 0, total_b = 0;
         CUDA_OK(cudaMemGetInfo(&free_b, &total_b));
-        const double need = double(nrot) * (bf16_bytes * (1.0 + 136.0 / 512 + 72.0 / 512)) + 1e9;
+        const double need = double(nrot) * (bf16_bytes * (1.0 + 136.0 / 512 + 72.0 / 512 + 162.0 / 512)) + 1e9;
         if (need > double(free_b)) {
           std::printf("skip batch=%d ctx=%d: needs %.1f GB, %.1f GB free\n", B, ctx, need / 1e9, free_b / 1e9);
           continue;
@@ -144,10 +146,10 @@ int main(int argc, char** argv) {
         const size_t per = bh * size_t(ctx) * D;
         CUDA_OK(cudaMalloc(&k16, per * nrot * 2));
         CUDA_OK(cudaMalloc(&v16, per * nrot * 2));
-        fill_random_bf16(k16, per * nrot, rng);
-        fill_random_bf16(v16, per * nrot, rng);
+        fill_random_bf16(k16, per * nrot, rng, chunk);
+        fill_random_bf16(v16, per * nrot, rng, chunk);
         CUDA_OK(cudaMalloc(&q, size_t(B) * hq * D * 2));
-        fill_random_bf16(q, size_t(B) * hq * D, rng);
+        fill_random_bf16(q, size_t(B) * hq * D, rng, chunk);
         std::vector<int32_t> hl(B, ctx);
         int32_t* lens;
         CUDA_OK(cudaMalloc(&lens, B * 4));
@@ -195,7 +197,7 @@ int main(int argc, char** argv) {
               },
               nrot, std::max(reps / 2, nrot));
           char line[256];
-          std::snprintf(line, sizeof line, "| %d | %d | int%d | %.1f | %.3f | %.3f | %.2f | %.0f%% |", B, ctx, bits, uspre, pre_read / 1e9,
+          std::snprintf(line, sizeof line, "| %d | %d | int%d oscar-cov | %.1f | %.3f | %.3f | %.2f | %.0f%% |", B, ctx, bits, uspre, pre_read / 1e9,
                         pre_write / 1e9, (pre_read + pre_write) / (uspre * 1e-6) / 1e12,
                         100.0 * (pre_read + pre_write) / (uspre * 1e-6) / 1e12 / copy_tbps);
           prefill_lines.push_back(line);
@@ -209,12 +211,51 @@ int main(int argc, char** argv) {
           rows.push_back({B, ctx, bits == 2 ? "int2 oscar-cov" : "int4 oscar-cov", us, read, read / (us * 1e-6) / 1e12, 0, us16 / us});
           for (int i = 0; i < 8; ++i) cudaFree(base[i]);
         }
+        for (int bits : {2, 4}) {  // oscar-omni: the whole context in the body (residual empty)
+          const int64_t cap = int64_t(ctx) / oscar::omnifmt::kResidual * oscar::omnifmt::kResidual;
+          const size_t cb = size_t(D) * bits / 8;
+          const size_t sz[7] = {bh * 128 * D * 2, bh * 128 * D * 2, bh * cap * cb, bh * cap * cb, bh * (cap / 32) * D * 4,
+                                bh * cap * (D / 32) * 4, size_t(B) * cap * 2};
+          void* base[7];
+          for (int i = 0; i < 7; ++i) CUDA_OK(cudaMalloc(&base[i], sz[i] * nrot + 16));
+          auto view = [&](int r) {
+            oscar_omni_cache c{};
+            c.batch = B; c.num_kv_heads = hkv; c.head_dim = D; c.bits = bits; c.body_capacity = cap;
+            void** p[7] = {&c.k_res, &c.v_res, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params, &c.k_norms};
+            for (int i = 0; i < 7; ++i) *p[i] = static_cast<char*>(base[i]) + sz[i] * r;
+            return c;
+          };
+          const double pre_read = double(bf16_bytes);
+          double pre_write = 0;
+          for (int i = 2; i < 7; ++i) pre_write += double(sz[i]);
+          const double uspre = time_median_us(
+              [&](int i) {
+                const int r = i % nrot;
+                const oscar_omni_cache c = view(r);
+                OSCAR_OK_(oscar_omni_prefill(&c, k16 + size_t(r) * per, v16 + size_t(r) * per, lens, ctx, nullptr, &err_));
+              },
+              nrot, std::max(reps / 2, nrot));
+          char line[256];
+          std::snprintf(line, sizeof line, "| %d | %d | int%d oscar-omni | %.1f | %.3f | %.3f | %.2f | %.0f%% |", B, ctx, bits, uspre,
+                        pre_read / 1e9, pre_write / 1e9, (pre_read + pre_write) / (uspre * 1e-6) / 1e12,
+                        100.0 * (pre_read + pre_write) / (uspre * 1e-6) / 1e12 / copy_tbps);
+          prefill_lines.push_back(line);
+          const double read = double(bh) * oscar::omnifmt::decode_read_bytes(ctx, D, bits, hkv);
+          const double us = time_median_us(
+              [&](int i) {
+                const oscar_omni_cache c = view(i % nrot);
+                OSCAR_OK_(oscar_omni_decode(&c, q, hq, lens, ctx, scale, out, ws, wsq, nullptr, &err_));
+              },
+              warmup, reps);
+          rows.push_back({B, ctx, bits == 2 ? "int2 oscar-omni" : "int4 oscar-omni", us, read, read / (us * 1e-6) / 1e12, 0, us16 / us});
+          for (int i = 0; i < 7; ++i) cudaFree(base[i]);
+        }
         cudaFree(k16); cudaFree(v16); cudaFree(q); cudaFree(lens); cudaFree(out); cudaFree(ws);
         CUDA_OK(cudaGetLastError());
       }
     for (auto& r : rows) r.frac_copy = r.tbps / copy_tbps;
 
-    std::printf("\n### Prefill quantize (K+V, rotations of the whole cache)\n\n| batch | ctx | bits | us | GB read | GB written | TB/s (r+w) | vs copy |\n|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n### Prefill quantize (K+V, rotations of the whole cache)\n\n| batch | ctx | format | us | GB read | GB written | TB/s (r+w) | vs copy |\n|---|---|---|---|---|---|---|---|\n");
     for (auto& l : prefill_lines) std::printf("%s\n", l.c_str());
     std::printf("\n### Decode attention (%d q heads / %d KV heads, head_dim %d; copy %.3f TB/s)\n\n", hq, hkv, D, copy_tbps);
     std::printf("| batch | ctx | kernel | us | MB read | TB/s read | vs copy | speed-up vs our bf16 |\n|---|---|---|---|---|---|---|---|\n");

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench_vs_sdpa.py: oscar-kv decode attention (INT2/INT4 oscar-cov caches, our BF16 kernel) against
+"""bench_vs_sdpa.py: oscar-kv decode attention (INT2/INT4 oscar-cov, INT2 oscar-omni caches, our BF16 kernel) against
 PyTorch SDPA backends on the same GQA decode shapes, in one process.
 
 Loads build/kernels/liboscar_kernels.so through ctypes (the C API of kernels/include/oscar_kv.h) and
@@ -30,6 +30,12 @@ class KvCache(C.Structure):
                                           "k_params", "v_params")]
 
 
+class OmniCache(C.Structure):
+    _fields_ = [("batch", C.c_int32), ("num_kv_heads", C.c_int32), ("head_dim", C.c_int32), ("bits", C.c_int32),
+                ("body_capacity", C.c_int64)] + \
+               [(n, C.c_void_p) for n in ("k_res", "v_res", "k_codes", "v_codes", "k_params", "v_params", "k_norms")]
+
+
 class Err(C.Structure):
     _fields_ = [("message", C.c_char * 512)]
 
@@ -43,7 +49,9 @@ def load(path):
                                       C.POINTER(Err)]
     lib.oscar_kv_decode_workspace_bytes.argtypes = [i32, i32, i32, i32, i32, i32]
     lib.oscar_kv_decode_workspace_bytes.restype = C.c_size_t
-    for f in (lib.oscar_kv_prefill, lib.oscar_kv_decode, lib.oscar_bf16_decode):
+    lib.oscar_omni_prefill.argtypes = [C.POINTER(OmniCache), vp, vp, vp, i32, vp, C.POINTER(Err)]
+    lib.oscar_omni_decode.argtypes = [C.POINTER(OmniCache), vp, i32, vp, i32, f32, vp, vp, C.c_size_t, vp, C.POINTER(Err)]
+    for f in (lib.oscar_kv_prefill, lib.oscar_kv_decode, lib.oscar_bf16_decode, lib.oscar_omni_prefill, lib.oscar_omni_decode):
         f.restype = C.c_int
     return lib
 
@@ -88,6 +96,11 @@ def int_read_bytes(L, bits):  # per (sequence, KV head), K + V
 
 def state_bytes(L, bits):
     return (SINK + RECENT) * 4 * D + body_tokens(L) * 2 * (D * bits // 8 + 4)
+
+
+def omni_read_bytes(L, bits, hkv):  # per (sequence, KV head): whole-block body + BF16 residual
+    nb = L // 128 * 128
+    return (L - nb) * 4 * D + nb * (2 * D * bits / 8 + 4 * D / 32 * 2 + 2 / hkv)
 
 
 def main():
@@ -187,14 +200,37 @@ def main():
                 row[f"int{bits}_prefill_us"] = pre_us
                 row[f"int{bits}_prefill_tbps"] = pre_bytes / (pre_us * 1e-6) / 1e12
                 del bufs, caches
+            # oscar-omni INT2 (Hadamard-rotated K/V assumed; the whole context in the body).
+            cap = L // 128 * 128
+            bh = B * hkv
+            obufs, ocaches = [], []
+            for r in range(nrot):
+                t = {n: torch.empty(max(16, s), dtype=torch.uint8, device="cuda") for n, s in (
+                    ("k_res", bh * 128 * D * 2), ("v_res", bh * 128 * D * 2), ("k_codes", bh * cap * D // 4),
+                    ("v_codes", bh * cap * D // 4), ("k_params", bh * cap // 32 * D * 4), ("v_params", bh * cap * 16),
+                    ("k_norms", B * cap * 2))}
+                obufs.append(t)
+                ocaches.append(OmniCache(B, hkv, D, 2, cap, *[t[n].data_ptr() for n in (
+                    "k_res", "v_res", "k_codes", "v_codes", "k_params", "v_params", "k_norms")]))
+            for r in range(nrot):
+                check(lib.oscar_omni_prefill(C.byref(ocaches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L, None,
+                                             C.byref(err)), err, "oscar_omni_prefill")
+
+            def odec(i):
+                check(lib.oscar_omni_decode(C.byref(ocaches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale,
+                                            out.data_ptr(), ws.data_ptr(), ws_bytes, None, C.byref(err)), err, "oscar_omni_decode")
+            row["omni2_us"] = median_us(odec, 5, args.reps)
+            row["omni2_read_bytes"] = B * hkv * omni_read_bytes(L, 2, hkv)
+            del obufs, ocaches
             del ks, vs, ws
             torch.cuda.empty_cache()
             results.append(row)
 
     print(f"\n### Decode vs PyTorch SDPA ({dev}; {hq} q / {hkv} KV heads, head_dim {D}; copy {cp:.3f} TB/s)\n")
     print("| batch | ctx | best SDPA (us) | backend | SDPA TB/s | ours bf16 (us) | int2 (us) | int2 TB/s | int2 vs copy | "
-          "int2 x best SDPA | int2 x our bf16 | int4 (us) | int4 x best SDPA | int2 prefill TB/s | KV/seq bf16 -> int2 (128K) |")
-    print("|" + "---|" * 15)
+          "int2 x best SDPA | int2 x our bf16 | int4 (us) | int4 x best SDPA | int2 prefill TB/s | KV/seq bf16 -> int2 (128K) | "
+          "omni int2 (us) | omni TB/s | omni x best SDPA |")
+    print("|" + "---|" * 18)
     for r in results:
         avail = {k: v for k, v in r["sdpa"].items() if v}
         best_name, best = (min(avail.items(), key=lambda kv: kv[1]) if avail else ("none", float("nan")))
@@ -210,7 +246,9 @@ def main():
         print(f"| {B} | {L} | {best:.1f} | {best_name} | {r['bf16_bytes'] / (best * 1e-6) / 1e12:.2f} | {r['ours_bf16_us']:.1f} | "
               f"{r['int2_us']:.1f} | {int2_tbps:.2f} | {100 * int2_tbps / cp:.0f}% | {best / r['int2_us']:.2f}x | "
               f"{r['ours_bf16_us'] / r['int2_us']:.2f}x | {r['int4_us']:.1f} | {best / r['int4_us']:.2f}x | "
-              f"{r['int2_prefill_tbps']:.2f} | {mem_ratio:.2f}x |")
+              f"{r['int2_prefill_tbps']:.2f} | {mem_ratio:.2f}x | {r['omni2_us']:.1f} | "
+              f"{r['omni2_read_bytes'] / (r['omni2_us'] * 1e-6) / 1e12:.2f} | {best / r['omni2_us']:.2f}x |")
+        r["omni2_speedup_vs_best_sdpa"] = best / r["omni2_us"]
     print("\nrel. error vs SDPA bf16 output (ours bf16 / int2 / int4), per shape:")
     for r in results:
         print(f"  B={r['batch']} L={r['ctx']}: {r['ours_bf16_rel_err_vs_sdpa']:.2e} / {r['int2_rel_err_vs_sdpa_bf16']:.2e} / "

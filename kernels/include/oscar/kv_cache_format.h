@@ -28,7 +28,7 @@
 //   * State bytes per token per KV head (K + V): BF16 2*2*D = 512; INT2 body 2*(D/4 + 4) = 72;
 //     INT4 body 2*(D/2 + 4) = 136 (D = 128). A sequence of T tokens stores the sink and recent
 //     windows in BF16 (allocated in full) plus T - S - W body tokens.
-// oscar-omni (Hadamard q/k/v, per-channel key blocks of 32 tokens) is NOT implemented yet.
+// oscar-omni (Hadamard q/k/v, per-channel key blocks of 32 tokens, residual 128) has its own layout: omni_format.h.
 #pragma once
 #include <cstdint>
 
