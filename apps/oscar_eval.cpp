@@ -1,5 +1,5 @@
-// oscar-eval: the model decodes with each recipe's quantized cache; loss, KL and top-1 agreement vs
-// full precision, a recall test and greedy generation.
+// oscar-eval: the model decodes with each recipe's quantized cache (on the CPU, or with --gpu through the
+// CUDA kernels); loss, KL and top-1 agreement vs full precision, a recall test and greedy generation.
 #include "app_main.h"
 #include "oscar/checkpoint.h"
 #include "oscar/eval.h"
@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   app.add_option("--generate", r.generate, "tokens to generate greedily from --prompt")->default_val(0);
   app.add_option("--out", out, "folder for eval.csv, eval.md, recall.csv, recall.png");
   app.add_flag("--clamp-groups", clamp, "per-token groups wider than the model's head_dim become head_dim (small models)");
+  app.add_flag("--gpu", r.gpu, "quantized recipes attend through the CUDA decode kernels (oscar-cov at 2 or 4 bits, head_dim 128; fp16 stays on the CPU)");
   app.add_flag("--quiet", quiet, "no progress bar");
   return oscar::run_app("oscar-eval", app, argc, argv, [&] {
     r.progress = !quiet;

@@ -4,7 +4,11 @@
 # the end-to-end evaluation (run_eval.sh); then splices the new tables into README between its
 # <!-- BEGIN name --> / <!-- END name --> markers. README changes only if every step succeeded.
 # --quick: reduced evaluation (the CI test); OSCAR_RESULTS=DIR writes results under DIR.
-# Kernel benchmarks need a GPU: see BENCHMARKS.md (oscar-bench, experiments/bench_vs_sdpa.py).
+# Where a GPU is present (nvidia-smi -L succeeds and build/ has oscar-bench and oscar-eval), it also runs
+# the kernel benchmark (results/kernel_bench.md, .json) and oscar-eval --gpu for oscar-cov at 2 bits
+# (results/eval-gpu-kjv-hd128/), and splices both into README's GPU sections (markers kernel-bench and
+# eval-gpu-kjv-hd128); without a GPU those sections keep the last GPU run's tables. Full kernel
+# benchmarks against PyTorch SDPA: BENCHMARKS.md (experiments/bench_vs_sdpa.py).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -24,6 +28,24 @@ bash experiments/main.sh
 experiments/run_sweeps.sh build "$res/sweep"
 QUICK=$quick experiments/run_eval.sh build
 mode=""; if [ "$quick" = 1 ]; then mode=", quick mode"; fi
+gpu_stamp=""
+if nvidia-smi -L >/dev/null 2>&1 && [ -x build/apps/oscar-bench ] && [ -x build/apps/oscar-eval ]; then
+  gstart=$(date +%s)
+  device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+  if [ "$quick" = 1 ]; then bench=(--batch 1 8 --ctx 32768 --reps 10); toks=(--tokens 384 --calib-tokens 512)
+  else bench=(--batch 1 8 32 --ctx 32768 131072 --reps 30); toks=(--tokens 2048 --calib-tokens 2048); fi
+  build/apps/oscar-bench "${bench[@]}" --json "$res/kernel_bench.json.tmp" > "$res/kernel_bench.md.tmp"
+  echo "oscar-bench ${bench[*]}" > "$res/kernel_bench.cmd"
+  build/apps/oscar-eval --quiet --gpu --model data/kjv-llama-hd128/kjv-llama-hd128.f16 --tokenizer data/stories260K/tok512.bin \
+    --text data/text/kjv.txt.gz --offset -404 --calib-offset 0 --recipes fp16,oscar-cov --bits 2 "${toks[@]}" \
+    --out "$res/eval-gpu-kjv-hd128" >/dev/null
+  echo "oscar-eval --gpu --recipes fp16,oscar-cov --bits 2 ${toks[*]}" > "$res/eval-gpu-kjv-hd128/cmd"
+  mv "$res/kernel_bench.md.tmp" "$res/kernel_bench.md"
+  mv "$res/kernel_bench.json.tmp" "$res/kernel_bench.json"
+  gpu_stamp="$(date -u +%Y-%m-%d), $device, $(( $(date +%s) - gstart )) s$mode"
+else
+  echo "regenerate: no GPU (nvidia-smi -L failed, or build/apps/oscar-bench or oscar-eval missing): kept the last GPU tables in $readme (kernel-bench, eval-gpu-kjv-hd128)"
+fi
 stamp="$(date -u +%Y-%m-%d), $(nproc) cores, $(( $(date +%s) - start )) s in all$mode"
-python3 experiments/splice_readme.py "$readme" "$stamp" "$res"
-echo "regenerate: $readme updated ($stamp)"
+OSCAR_GPU_STAMP="$gpu_stamp" python3 experiments/splice_readme.py "$readme" "$stamp" "$res"
+echo "regenerate: $readme updated ($stamp${gpu_stamp:+; GPU sections: $gpu_stamp})"

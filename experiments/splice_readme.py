@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""splice_readme.py README STAMP: replaces the text between <!-- BEGIN x --> and <!-- END x --> markers
-with the freshly generated tables (results/...), each headed by the command, data and date it came from.
+"""splice_readme.py README STAMP [RESULTS]: replaces the text between <!-- BEGIN x --> and <!-- END x -->
+markers with the freshly generated tables (results/...), each headed by the command, data and date it came
+from. The GPU sections (kernel-bench, eval-gpu-kjv-hd128) are replaced only when the environment variable
+OSCAR_GPU_STAMP is non-empty (a GPU run: its date, device, time); otherwise they are left as they are.
 Writes README atomically; fails (README untouched) if any table is missing."""
 import os, re, sys
 
@@ -17,9 +19,20 @@ def sweep(name):
 def evaluation(name, cmd):
     md = open(f"{res}/eval/{name}/eval.md").read().strip()
     return f"`{cmd}` ({stamp}):\n\n{md}\n\n![Recall plot]({res}/eval/{name}/recall.png)"
+gpu_stamp = os.environ.get("OSCAR_GPU_STAMP", "")
+def kernel_bench():
+    cmd = open(f"{res}/kernel_bench.cmd").read().strip()
+    md = open(f"{res}/kernel_bench.md").read().strip().replace("\n### ", "\n#### ")  # under README's ### heading
+    return f"GPU run: `{cmd}` ({gpu_stamp}; JSON in `{res}/kernel_bench.json`):\n\n{md}"
+def eval_gpu():
+    cmd = open(f"{res}/eval-gpu-kjv-hd128/cmd").read().strip()
+    md = open(f"{res}/eval-gpu-kjv-hd128/eval.md").read().strip()
+    return f"GPU run: `{cmd}` ({gpu_stamp}):\n\n{md}"
 blocks = {"eval-kjv-hd128": lambda: evaluation("kjv-hd128", "experiments/run_eval.sh"),
           "eval-stories260k": lambda: evaluation("stories260k", "experiments/run_eval.sh"),
           "tni": tni, "sweep-kjv-hd128": lambda: sweep("kjv-hd128"), "sweep-stories260k": lambda: sweep("stories260k")}
+if gpu_stamp:
+    blocks.update({"kernel-bench": kernel_bench, "eval-gpu-kjv-hd128": eval_gpu})
 text = open(readme).read()
 for name, make in blocks.items():
     pat = re.compile(rf"(<!-- BEGIN {re.escape(name)} -->\n).*?(<!-- END {re.escape(name)} -->)", re.S)

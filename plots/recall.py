@@ -10,7 +10,8 @@ import matplotlib.pyplot as plt
 rows = list(csv.DictReader(open(sys.argv[1])))
 by = defaultdict(list)
 for r in rows:
-    by[r["recipe"]].append((int(r["distance"]), float(r["repeat_loss"])))
+    name = r["recipe"] + (" (gpu)" if r.get("device") == "gpu" else "")  # attended through the CUDA kernels
+    by[name].append((int(r["distance"]), float(r["repeat_loss"])))
 fig, ax = plt.subplots(figsize=(7, 4.5))
 for name, pts in sorted(by.items()):
     pts.sort(); ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)

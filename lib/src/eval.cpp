@@ -1,4 +1,5 @@
-// eval.cpp: end-to-end evaluation of recipes with the model decoding from a quantized cache.
+// eval.cpp: end-to-end evaluation of recipes with the model decoding from a quantized cache (the CPU
+// reference QuantizedKvCache, or GpuKvCache with --gpu).
 #include "oscar/eval.h"
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include "oscar/dump_passage.h"
 #include "oscar/error.h"
 #include "oscar/file_io.h"
+#include "oscar/gpu_kv_cache.h"
 #include "oscar/passage.h"
 #include "oscar/plotting.h"
 #include "oscar/progress.h"
@@ -67,17 +69,29 @@ EvalResult run_eval(const EvalRequest& req) {
   struct Job {
     Recipe r;
     int bits;
+    bool gpu;  // attends through the CUDA kernels
   };
   std::vector<Job> jobs;
   bool need_calib = false;
   for (const auto& rf : req.recipes) {
     const bool fp = rf.bits.size() == 1 && rf.bits[0] == 16;
     for (int b : fp ? std::vector<int>{16} : req.bits) {
-      jobs.push_back({resolve_recipe(rf.recipe, b, hd), b});
+      Recipe r = resolve_recipe(rf.recipe, b, hd);
+      const bool gpu = req.gpu && (r.key.quantized() || r.value.quantized());  // fp16 stays on the CPU
+      if (gpu)
+        if (const std::string why = gpu_unsupported_reason(r, ck.config); !why.empty())
+          fail("--gpu: recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu", r.name, why, kGpuSupported);
+      jobs.push_back({std::move(r), b, gpu});
       need_calib = need_calib || jobs.back().r.calibrated();
     }
   }
+  if (req.gpu) require_cuda_device();
   std::unique_ptr<CovarianceRotations> calib;
+  // The cache a job decodes through, sized for a sequence of `tokens` tokens.
+  auto make_cache = [&](const Job& j, size_t tokens) -> std::unique_ptr<KvCache> {
+    if (j.gpu) return std::make_unique<GpuKvCache>(ck.config, j.r, calib.get(), static_cast<int>(tokens));
+    return std::make_unique<QuantizedKvCache>(ck.config, j.r, calib.get());
+  };
   if (need_calib) {
     const long n = static_cast<long>(lines.size());
     const long c0 = req.calib_offset < 0 ? n + req.calib_offset : req.calib_offset;
@@ -99,11 +113,12 @@ EvalResult run_eval(const EvalRequest& req) {
   const MatrixRM ref = decode_all(m, ref_cache, p.tokens);
   const double ref_loss = mean_next_token_loss(ref, p.tokens);
   for (const Job& j : jobs) {
-    auto cache = std::make_unique<QuantizedKvCache>(ck.config, j.r, calib.get());
+    const auto cache = make_cache(j, p.tokens.size());
     const MatrixRM q = decode_all(m, *cache, p.tokens);
     EvalRow row;
     row.recipe = j.r.name;
     row.bits = j.bits;
+    row.gpu = j.gpu;
     row.loss = mean_next_token_loss(q, p.tokens);
     row.ppl = std::exp(row.loss);
     row.dloss = row.loss - ref_loss;
@@ -147,9 +162,9 @@ EvalResult run_eval(const EvalRequest& req) {
         return s / span;
       };
       for (const Job& j : jobs) {
-        auto cache = std::make_unique<QuantizedKvCache>(ck.config, j.r, calib.get());
+        const auto cache = make_cache(j, seq.size());
         const MatrixRM q = decode_all(m, *cache, seq);
-        res.recall.push_back({j.r.name, dist, span_loss(q, 1 + span + dist), span_loss(q, 1)});
+        res.recall.push_back({j.r.name, dist, span_loss(q, 1 + span + dist), span_loss(q, 1), j.gpu});
         bar.advance();
       }
     }
@@ -179,11 +194,11 @@ EvalResult run_eval(const EvalRequest& req) {
     };
     res.greedy.push_back({"full precision (fp32)", text_of(base), static_cast<int>(base.size()), static_cast<int>(base.size())});
     for (const Job& j : jobs) {
-      auto cache = std::make_unique<QuantizedKvCache>(ck.config, j.r, calib.get());
+      const auto cache = make_cache(j, std::min<size_t>(prompt.size() + req.generate, ck.config.seq_len));
       const auto ids = gen(*cache);
       int same = 0;
       while (same < static_cast<int>(std::min(ids.size(), base.size())) && ids[same] == base[same]) ++same;
-      res.greedy.push_back({j.r.name, text_of(ids), same, static_cast<int>(ids.size())});
+      res.greedy.push_back({j.r.name, text_of(ids), same, static_cast<int>(ids.size()), j.gpu});
     }
     bar.advance();
   }
@@ -191,11 +206,16 @@ EvalResult run_eval(const EvalRequest& req) {
   return res;
 }
 
+std::string eval_label(const std::string& recipe, bool gpu) { return gpu ? recipe + " (gpu)" : recipe; }
+
 std::string eval_markdown(const EvalRequest& req, const EvalResult& r) {
-  std::string md = fmt::format("**{}**, {} (each token decoded from the recipe's quantized cache)\n\n", r.model_name, r.passage);
+  bool any_gpu = false;
+  for (const EvalRow& x : r.rows) any_gpu = any_gpu || x.gpu;
+  std::string md = fmt::format("**{}**, {} (each token decoded from the recipe's quantized cache{})\n\n", r.model_name, r.passage,
+                               any_gpu ? "; rows marked (gpu): attention by the CUDA decode kernels over their own quantized cache" : "");
   md += "| recipe | eff. bits (passage / 128K) | loss (nats) | perplexity | Δ loss vs fp32 | KL(fp32 ‖ quant) | top-1 agreement |\n|---|---|---|---|---|---|---|\n";
   for (const EvalRow& x : r.rows)
-    md += fmt::format("| {} | {:.2f} / {:.2f} | {:.4f} | {:.3f} | {:+.4f} | {:.4f} | {:.3f} |\n", x.recipe, x.eff_bits, x.eff_bits_128k, x.loss,
+    md += fmt::format("| {} | {:.2f} / {:.2f} | {:.4f} | {:.3f} | {:+.4f} | {:.4f} | {:.3f} |\n", eval_label(x.recipe, x.gpu), x.eff_bits, x.eff_bits_128k, x.loss,
                       x.ppl, x.dloss, x.kl, x.top1);
   if (!r.recall.empty()) {
     md += fmt::format("\nRecall: loss (nats) on a {}-token passage repeated after D tokens of other text (first occurrence in brackets)\n\n| recipe |", req.recall_span);
@@ -204,7 +224,7 @@ std::string eval_markdown(const EvalRequest& req, const EvalResult& r) {
     for (size_t i = 0; i < req.recall_distances.size(); ++i) md += "---|";
     md += "\n";
     for (const EvalRow& x : r.rows) {
-      md += "| " + x.recipe + " |";
+      md += "| " + eval_label(x.recipe, x.gpu) + " |";
       for (const RecallRow& c : r.recall)
         if (c.recipe == x.recipe) md += fmt::format(" {:.3f} ({:.2f}) |", c.repeat_loss, c.first_loss);
       md += "\n";
@@ -216,7 +236,7 @@ std::string eval_markdown(const EvalRequest& req, const EvalResult& r) {
     for (const GreedyRow& g : r.greedy) {
       std::string t;
       for (char c : g.text) t += c == '\n' ? std::string("⏎") : c == '|' ? std::string("\\|") : std::string(1, c);
-      md += fmt::format("| {} | {} | {} |\n", g.recipe, g.shared_prefix, t);
+      md += fmt::format("| {} | {} | {} |\n", eval_label(g.recipe, g.gpu), g.shared_prefix, t);
     }
   }
   return md;
@@ -229,10 +249,10 @@ void write_eval_outputs(const EvalRequest& req, const EvalResult& r, const std::
   AtomicOutput csv(fs::path(out_dir) / "eval.csv"), md(fs::path(out_dir) / "eval.md");
   {
     std::ofstream f(csv.temp_path());
-    f << "recipe,bits,eff_bits,eff_bits_128k,loss,ppl,dloss,kl,top1\n";
+    f << "recipe,bits,eff_bits,eff_bits_128k,loss,ppl,dloss,kl,top1,device\n";
     for (const EvalRow& x : r.rows)
-      f << fmt::format("{},{},{:.4f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6g},{:.6f}\n", x.recipe, x.bits, x.eff_bits, x.eff_bits_128k, x.loss,
-                       x.ppl, x.dloss, x.kl, x.top1);
+      f << fmt::format("{},{},{:.4f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6g},{:.6f},{}\n", x.recipe, x.bits, x.eff_bits, x.eff_bits_128k, x.loss,
+                       x.ppl, x.dloss, x.kl, x.top1, x.gpu ? "gpu" : "cpu");
     if (!f.flush()) fail("{}: write failed", csv.final_path().string());
   }
   {
@@ -245,8 +265,9 @@ void write_eval_outputs(const EvalRequest& req, const EvalResult& r, const std::
     rcsv = std::make_unique<AtomicOutput>(fs::path(out_dir) / "recall.csv");
     rpng = std::make_unique<AtomicOutput>(fs::path(out_dir) / "recall.png");
     std::ofstream f(rcsv->temp_path());
-    f << "recipe,distance,repeat_loss,first_loss\n";
-    for (const RecallRow& x : r.recall) f << fmt::format("{},{},{:.6f},{:.6f}\n", x.recipe, x.distance, x.repeat_loss, x.first_loss);
+    f << "recipe,distance,repeat_loss,first_loss,device\n";
+    for (const RecallRow& x : r.recall)
+      f << fmt::format("{},{},{:.6f},{:.6f},{}\n", x.recipe, x.distance, x.repeat_loss, x.first_loss, x.gpu ? "gpu" : "cpu");
     f.close();
     run_python(plots_script("recall.py"), {rcsv->temp_path().string(), rpng->temp_path().string(), r.model_name});
   }

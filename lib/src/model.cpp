@@ -1,5 +1,6 @@
 // model.cpp: the forward pass. One chunk of n tokens at positions p..p+n-1 per call; matrix products
-// through Eigen (multi-threaded by OpenMP), attention per query head in parallel.
+// through Eigen (multi-threaded by OpenMP), attention per query head in parallel, or by the cache itself
+// when it implements KvCache::attend().
 #include "oscar/model.h"
 
 #include <omp.h>
@@ -76,6 +77,35 @@ void apply_rope(MatrixRM& x, int head_dim, int first_pos, const std::vector<floa
   }
 }
 
+// Attention of the chunk's queries q [n, n_heads*hd] (positions p0..p0+n-1) over the cache's view of
+// `layer`, per query head in parallel (causal softmax in float).
+void attend_cpu(KvCache& cache, int layer, const MatrixRM& q, int p0, int hd, int group, float scale, MatrixRM& att_out) {
+  const MatrixRM *K = nullptr, *V = nullptr;
+  cache.attention_view(layer, K, V);
+  const int n = static_cast<int>(q.rows()), n_heads = static_cast<int>(q.cols()) / hd, T = p0 + n;
+  if (K->rows() != T || V->rows() != T) fail("internal: cache view of layer {} has {} rows, expected {}", layer, K->rows(), T);
+#pragma omp parallel for schedule(static)
+  for (int h = 0; h < n_heads; ++h) {
+    const int kvh = h / group;
+    MatrixRM s = (q.middleCols(h * hd, hd) * K->middleCols(kvh * hd, hd).transpose()) * scale;  // [n, T]
+    for (int t = 0; t < n; ++t) {
+      const int last = p0 + t;  // causal: attends to positions 0..last
+      float m = -INFINITY;
+      for (int j = 0; j <= last; ++j) m = std::max(m, s(t, j));
+      float sum = 0.f;
+      for (int j = 0; j <= last; ++j) {
+        const float e = std::exp(s(t, j) - m);
+        s(t, j) = e;
+        sum += e;
+      }
+      const float inv = 1.0f / sum;
+      for (int j = 0; j <= last; ++j) s(t, j) *= inv;
+      for (int j = last + 1; j < T; ++j) s(t, j) = 0.f;
+    }
+    att_out.middleCols(h * hd, hd).noalias() = s * V->middleCols(kvh * hd, hd);
+  }
+}
+
 }  // namespace
 
 MatrixRM Model::forward(std::span<const int> tokens, KvCache& cache, const LayerCallback& on_layer) const {
@@ -105,30 +135,7 @@ MatrixRM Model::forward(std::span<const int> tokens, KvCache& cache, const Layer
     apply_rope(k, hd, p0, inv_freq_);
     if (on_layer) on_layer(LayerQKV{l, p0, q_pre, k_pre, q, k, v});
     cache.append(l, k, v);
-    const MatrixRM *K = nullptr, *V = nullptr;
-    cache.attention_view(l, K, V);
-    const int T = p0 + n;
-    if (K->rows() != T || V->rows() != T) fail("internal: cache view of layer {} has {} rows, expected {}", l, K->rows(), T);
-#pragma omp parallel for schedule(static)
-    for (int h = 0; h < c.n_heads; ++h) {
-      const int kvh = h / group;
-      MatrixRM s = (q.middleCols(h * hd, hd) * K->middleCols(kvh * hd, hd).transpose()) * scale;  // [n, T]
-      for (int t = 0; t < n; ++t) {
-        const int last = p0 + t;  // causal: attends to positions 0..last
-        float m = -INFINITY;
-        for (int j = 0; j <= last; ++j) m = std::max(m, s(t, j));
-        float sum = 0.f;
-        for (int j = 0; j <= last; ++j) {
-          const float e = std::exp(s(t, j) - m);
-          s(t, j) = e;
-          sum += e;
-        }
-        const float inv = 1.0f / sum;
-        for (int j = 0; j <= last; ++j) s(t, j) *= inv;
-        for (int j = last + 1; j < T; ++j) s(t, j) = 0.f;
-      }
-      att_out.middleCols(h * hd, hd).noalias() = s * V->middleCols(kvh * hd, hd);
-    }
+    if (!cache.attend(l, q, att_out)) attend_cpu(cache, l, q, p0, hd, group, scale, att_out);
     x.noalias() += att_out * ConstMapRM(W.wo, c.dim, qd).transpose();
     rmsnorm_rows(x, W.rms_ffn, xb);
     h1.noalias() = xb * ConstMapRM(W.w1, c.hidden_dim, c.dim).transpose();

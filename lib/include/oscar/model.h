@@ -1,7 +1,8 @@
 // model.h: a float32 Llama forward pass on the CPU (llama2.c's architecture: RMSNorm, RoPE on adjacent
 // pairs with theta 10000, grouped-query attention, SwiGLU). Tokens are processed in chunks appended to
 // a KvCache; attention reads the cache through KvCache::attention_view(), the seam where a quantized
-// cache policy substitutes what the model attends to.
+// cache policy substitutes what the model attends to, unless the cache computes attention itself
+// (KvCache::attend(), e.g. GpuKvCache through the CUDA decode kernels).
 #pragma once
 #include <functional>
 #include <span>
@@ -35,6 +36,11 @@ class KvCache {
   // What attention sees for `layer`: keys and values of positions [0, length_of_layer). The default is
   // the full-precision cache; quantizing policies override it.
   virtual void attention_view(int layer, const MatrixRM*& k, const MatrixRM*& v);
+  // Attention computed by the cache itself, called after append() with the chunk's queries q
+  // [n, n_heads*head_dim] (after RoPE; row t at position length()+t, attending causally to positions
+  // 0..length()+t): fills out [n, n_heads*head_dim] (head-major, softmax scale 1/sqrt(head_dim)) and
+  // returns true, or returns false (the default) and the model attends over attention_view().
+  virtual bool attend(int /*layer*/, const MatrixRM& /*q*/, MatrixRM& /*out*/) { return false; }
   void advance(int n) { length_ += n; }
   const MatrixRM& keys(int layer) const { return k_[layer]; }
   const MatrixRM& values(int layer) const { return v_[layer]; }
