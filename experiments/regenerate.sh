@@ -5,7 +5,7 @@
 # <!-- BEGIN name --> / <!-- END name --> markers. README changes only if every step succeeded.
 # --quick: reduced evaluation (the CI test); OSCAR_RESULTS=DIR writes results under DIR.
 # Where a GPU is present (nvidia-smi -L succeeds and build/ has oscar-bench and oscar-eval), it also runs
-# the kernel benchmark (results/kernel_bench.md, .json) and oscar-eval --gpu for oscar-cov at 2 bits
+# the kernel benchmark (results/kernel_bench.md, .json) and oscar-eval --gpu for oscar-omni and oscar-cov at 2 bits
 # (results/eval-gpu-kjv-hd128/), and splices both into README's GPU sections (markers kernel-bench and
 # eval-gpu-kjv-hd128); without a GPU those sections keep the last GPU run's tables. Full kernel
 # benchmarks against PyTorch SDPA: BENCHMARKS.md (experiments/bench_vs_sdpa.py).
@@ -37,9 +37,9 @@ if nvidia-smi -L >/dev/null 2>&1 && [ -x build/apps/oscar-bench ] && [ -x build/
   build/apps/oscar-bench "${bench[@]}" --json "$res/kernel_bench.json.tmp" > "$res/kernel_bench.md.tmp"
   echo "oscar-bench ${bench[*]}" > "$res/kernel_bench.cmd"
   build/apps/oscar-eval --quiet --gpu --model data/kjv-llama-hd128/kjv-llama-hd128.f16 --tokenizer data/stories260K/tok512.bin \
-    --text data/text/kjv.txt.gz --offset -404 --calib-offset 0 --recipes fp16,oscar-cov --bits 2 "${toks[@]}" \
+    --text data/text/kjv.txt.gz --offset -404 --calib-offset 0 --recipes fp16,oscar-omni,oscar-cov --bits 2 "${toks[@]}" \
     --out "$res/eval-gpu-kjv-hd128" >/dev/null
-  echo "oscar-eval --gpu --recipes fp16,oscar-cov --bits 2 ${toks[*]}" > "$res/eval-gpu-kjv-hd128/cmd"
+  echo "oscar-eval --gpu --recipes fp16,oscar-omni,oscar-cov --bits 2 ${toks[*]}" > "$res/eval-gpu-kjv-hd128/cmd"
   mv "$res/kernel_bench.md.tmp" "$res/kernel_bench.md"
   mv "$res/kernel_bench.json.tmp" "$res/kernel_bench.json"
   gpu_stamp="$(date -u +%Y-%m-%d), $device, $(( $(date +%s) - gstart )) s$mode"

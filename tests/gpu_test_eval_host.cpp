@@ -1,6 +1,9 @@
 // gpu_test_eval_host.cpp: the host part of gpu_test_eval (see gpu_test_eval.cu): kjv-llama-hd128 decodes
 // held-out Revelation token by token once through the CPU reference cache (QuantizedKvCache) and once
-// through the CUDA kernels (GpuKvCache), for oscar-cov at 2 and 4 bits, rotations fitted on Genesis.
+// through the CUDA kernels (GpuKvCache), for oscar-cov (rotations fitted on Genesis) and oscar-omni
+// (Hadamard, Omni-Token Scaling, residual 128; 1024 tokens put 1024 into its body), at 2 and 4 bits.
+// oscar-omni adds its own kernel roundings to the list in (1): the block query folded with the key
+// scales in fp16 (2^-11) and the dequantized values in bf16 (2^-9): the same order as those below.
 //
 // Checks and tolerances:
 //  (1) cache level, 1024 tokens (with sink 64 + recent 256, 256 tokens would never leave the BF16
@@ -90,21 +93,22 @@ int gpu_test_eval_host() {
   std::filesystem::remove_all(test::scratch());
 
   // (1) CPU reference cache vs the kernels, token by token.
+  for (const char* preset : {"oscar-cov", "oscar-omni"})
   for (int bits : {2, 4}) {
-    const Recipe r = resolve_recipe(load_preset("oscar-cov").recipe, bits, ck.config.head_dim());
-    EXPECT(gpu_unsupported_reason(r, ck.config).empty(), "oscar-cov@%d should run on the GPU", bits);
+    const Recipe r = resolve_recipe(load_preset(preset).recipe, bits, ck.config.head_dim());
+    EXPECT(gpu_unsupported_reason(r, ck.config).empty(), "%s@%d should run on the GPU", preset, bits);
     QuantizedKvCache cpu_cache(ck.config, r, &calib);
     GpuKvCache gpu_cache(ck.config, r, &calib, static_cast<int>(p.tokens.size()));
     const MatrixRM a = decode(m, cpu_cache, p.tokens), b = decode(m, gpu_cache, p.tokens);
     const double la = mean_next_token_loss(a, p.tokens), lb = mean_next_token_loss(b, p.tokens), agree = agreement(a, b);
     const double max_logit = (a - b).cwiseAbs().maxCoeff();
-    std::printf("oscar-cov@%d, %zu tokens: loss cpu %.5f gpu %.5f (diff %+.5f), top-1 agreement %.4f, max |logit diff| %.3e\n", bits,
+    std::printf("%s@%d, %zu tokens: loss cpu %.5f gpu %.5f (diff %+.5f), top-1 agreement %.4f, max |logit diff| %.3e\n", preset, bits,
                 p.tokens.size(), la, lb, lb - la, agree, max_logit);
-    EXPECT(std::isfinite(lb) && std::abs(lb - la) < 0.01, "oscar-cov@%d: |loss_gpu - loss_cpu| = %.5f >= 0.01", bits, std::abs(lb - la));
-    EXPECT(agree > 0.95, "oscar-cov@%d: top-1 agreement %.4f <= 0.95", bits, agree);
+    EXPECT(std::isfinite(lb) && std::abs(lb - la) < 0.01, "%s@%d: |loss_gpu - loss_cpu| = %.5f >= 0.01", preset, bits, std::abs(lb - la));
+    EXPECT(agree > 0.95, "%s@%d: top-1 agreement %.4f <= 0.95", preset, bits, agree);
 
     // (2) The first 400 tokens as one chunk (the body starts filling inside the chunk), then one at a time.
-    if (bits == 2) {
+    if (bits == 2 && std::string(preset) == "oscar-cov") {
       GpuKvCache chunked(ck.config, r, &calib, static_cast<int>(p.tokens.size()));
       const MatrixRM c = decode(m, chunked, p.tokens, 400);
       const double lc = mean_next_token_loss(c, p.tokens), agree_c = agreement(b, c);

@@ -93,8 +93,10 @@ TEST_CASE("the CUDA kernels take oscar-cov at 2 and 4 bits on head_dim 128, noth
   CHECK(reason("oscar-cov", 4).empty());
   CHECK_THAT(reason("oscar-cov", 3), Contains("3 bits"));
   CHECK_THAT(reason("oscar-cov-fp32", 2), Contains("fp32 scales"));
-  CHECK_THAT(reason("kivi", 2), Contains("per channel"));
-  CHECK_THAT(reason("oscar-omni", 2), Contains("per channel"));
+  CHECK_THAT(reason("kivi", 2), Contains("without Omni-Token Scaling"));
+  CHECK(reason("oscar-omni", 2).empty());  // the oscar-omni kernel format
+  CHECK(reason("oscar-omni", 4).empty());
+  CHECK_THAT(reason("oscar-omni", 3), Contains("3 bits"));
   CHECK_THAT(reason("naive", 2), Contains("symmetrically"));
   CHECK_THAT(reason("quarot", 2), Contains("no recent window"));
   CHECK_THAT(reason("turboquant", 2), Contains("Lloyd-Max"));
@@ -119,7 +121,7 @@ TEST_CASE("the CUDA kernels take oscar-cov at 2 and 4 bits on head_dim 128, noth
 TEST_CASE("oscar-eval --gpu refuses an unsupported recipe, or a machine without a GPU, before any work", "[gpu-eval]") {
   CHECK_THROWS_WITH(run_eval(hd128_request({"fp16", "kivi"})),
                     Contains("--gpu: recipe 'kivi@2' is not supported by the CUDA kernels") &&
-                        Contains("supported: oscar-cov at 2 or 4 bits, head_dim 128") && Contains("run it without --gpu"));
+                        Contains("supported: oscar-cov and oscar-omni at 2 or 4 bits, head_dim 128") && Contains("run it without --gpu"));
   EvalRequest st = hd128_request({"oscar-cov"});
   st.model = test::stories_model();  // head_dim 8
   st.recipes[0].recipe.key.group = st.recipes[0].recipe.value.group = 0;

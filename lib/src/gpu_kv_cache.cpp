@@ -1,4 +1,5 @@
-// gpu_kv_cache.cpp: the recipe check, the device buffers (one oscar_kv_cache per layer, batch 1), and
+// gpu_kv_cache.cpp: the recipe check, the device buffers (one oscar_kv_cache or oscar_omni_cache per layer,
+// batch 1), and
 // per token: host rotation and bf16 rounding, one upload, oscar_kv_append, oscar_kv_decode, one download,
 // host un-rotation.
 #include "oscar/gpu_kv_cache.h"
@@ -12,6 +13,7 @@
 
 #include "oscar/error.h"
 #include "oscar/float_formats.h"
+#include "oscar/omni_format.h"
 #include "oscar_kv.h"
 
 namespace oscar {
@@ -38,28 +40,27 @@ const char* dtype_label(ScaleDtype t) {
   }
 }
 
-std::string tensor_reason(const TensorQuant& q, const char* what, int head_dim) {
+// Why tensor `q` cannot be served by a kernel format that stores it on `axis` in groups of `group`
+// (token-wise: channels; channel-wise: tokens) with clip `clip` (< 0: any); empty when it can.
+std::string tensor_reason(const TensorQuant& q, const char* what, QuantAxis axis, int group, float clip) {
   if (!q.quantized()) return fmt::format("{} are kept in fp16 while the other tensor is quantized", what);
   if (q.bits != 2 && q.bits != 4) return fmt::format("{} at {} bits, the kernels have 2 and 4", what, q.bits);
   if (q.codebook != Codebook::Uniform) return fmt::format("{} use the Lloyd-Max codebook", what);
-  if (q.axis != QuantAxis::PerToken) return fmt::format("{} are quantized per channel", what);
-  if (q.group != head_dim) return fmt::format("{} in groups of {} channels, the kernels use one group of head_dim", what, q.group);
+  if (q.axis != axis) return fmt::format("{} are quantized per {}", what, q.axis == QuantAxis::PerChannel ? "channel" : "token");
+  if (q.group != group)
+    return fmt::format("{} in groups of {} {}, the kernels use {}", what, q.group, axis == QuantAxis::PerToken ? "channels" : "tokens", group);
   if (q.symmetric) return fmt::format("{} are quantized symmetrically, the kernels are asymmetric", what);
   if (q.clip_search) return fmt::format("{} use a clip search", what);
+  if (clip >= 0 && q.clip_ratio != clip) return fmt::format("{} clipped at {}, the kernels of this format at {}", what, q.clip_ratio, clip);
   if (q.scale_dtype != ScaleDtype::F16) return fmt::format("{} have {} scales, the kernels store fp16", what, dtype_label(q.scale_dtype));
   if (q.rounding != Rounding::HalfEven) return fmt::format("{} round half away from zero, the kernels round half to even", what);
   return {};
 }
 
-}  // namespace
-
-std::string gpu_unsupported_reason(const Recipe& r, const ModelConfig& c) {
-  const int hd = c.head_dim();
-  if (hd != 128) return fmt::format("the model's head_dim is {}", hd);
-  if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0 || c.n_heads / c.n_kv_heads > 8)
-    return fmt::format("{} query heads on {} KV heads, at most 8 per KV head", c.n_heads, c.n_kv_heads);
-  if (auto s = tensor_reason(r.key, "keys", hd); !s.empty()) return s;
-  if (auto s = tensor_reason(r.value, "values", hd); !s.empty()) return s;
+// The oscar-cov kernel format: token-wise groups of head_dim, BF16 sink + recent windows.
+std::string cov_reason(const Recipe& r, int hd) {
+  if (auto s = tensor_reason(r.key, "keys", QuantAxis::PerToken, hd, -1); !s.empty()) return s;
+  if (auto s = tensor_reason(r.value, "values", QuantAxis::PerToken, hd, -1); !s.empty()) return s;
   if (r.key.bits != r.value.bits) return fmt::format("keys at {} bits and values at {}", r.key.bits, r.value.bits);
   if (r.omni_token_scaling) return "keys are scaled by their token norm (Omni-Token Scaling)";
   if (r.windows.residual != 0) return fmt::format("a residual block of {} tokens", r.windows.residual);
@@ -68,6 +69,33 @@ std::string gpu_unsupported_reason(const Recipe& r, const ModelConfig& c) {
   if (r.windows.window_dtype != ScaleDtype::BF16)
     return fmt::format("{} windows, the kernels keep them in bf16", dtype_label(r.windows.window_dtype));
   return {};
+}
+
+// The oscar-omni kernel format (omni_format.h): keys per channel over 32 tokens with fp16 token norms,
+// values per token in groups of 32 channels, clip 1, BF16 residual block of 128, no sink or recent window.
+std::string omni_reason(const Recipe& r) {
+  if (auto s = tensor_reason(r.key, "keys", QuantAxis::PerChannel, omnifmt::kKeyBlock, 1.0f); !s.empty()) return s;
+  if (auto s = tensor_reason(r.value, "values", QuantAxis::PerToken, omnifmt::kValueGroup, 1.0f); !s.empty()) return s;
+  if (r.key.bits != r.value.bits) return fmt::format("keys at {} bits and values at {}", r.key.bits, r.value.bits);
+  if (!r.omni_token_scaling) return "per-channel keys without Omni-Token Scaling";
+  if (r.norm_dtype != ScaleDtype::F16) return fmt::format("{} token norms, the kernels store fp16", dtype_label(r.norm_dtype));
+  if (r.windows.residual != omnifmt::kResidual) return fmt::format("a residual block of {} tokens, the kernels use {}", r.windows.residual, omnifmt::kResidual);
+  if (r.windows.sink != 0 || r.windows.recent != 0) return "sink or recent windows besides the residual block";
+  if (r.windows.window_dtype != ScaleDtype::BF16)
+    return fmt::format("{} windows, the kernels keep them in bf16", dtype_label(r.windows.window_dtype));
+  return {};
+}
+
+}  // namespace
+
+bool gpu_uses_omni_format(const Recipe& r) { return r.omni_token_scaling || r.key.axis == QuantAxis::PerChannel; }
+
+std::string gpu_unsupported_reason(const Recipe& r, const ModelConfig& c) {
+  const int hd = c.head_dim();
+  if (hd != 128) return fmt::format("the model's head_dim is {}", hd);
+  if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0 || c.n_heads / c.n_kv_heads > 8)
+    return fmt::format("{} query heads on {} KV heads, at most 8 per KV head", c.n_heads, c.n_kv_heads);
+  return gpu_uses_omni_format(r) ? omni_reason(r) : cov_reason(r, hd);
 }
 
 void require_cuda_device() {
@@ -81,7 +109,9 @@ void require_cuda_device() {
 // Device memory of every layer, one staging buffer for the uploads (k, v, q as bf16; two lengths) and
 // the decode output and workspace, shared by the layers (one stream, synchronous per token).
 struct GpuKvCache::Device {
-  std::vector<oscar_kv_cache> layers;
+  bool omni = false;
+  std::vector<oscar_kv_cache> layers;        // oscar-cov format
+  std::vector<oscar_omni_cache> omni_layers;  // oscar-omni format
   std::vector<void*> owned;
   size_t off_v = 0, off_q = 0, off_len = 0, staging_bytes = 0;
   std::vector<unsigned char> host;  // the staging buffer's host twin
@@ -122,10 +152,31 @@ GpuKvCache::GpuKvCache(const ModelConfig& c, const Recipe& recipe, const Covaria
   for (int l = 0; l < c.n_layers; ++l) rot_.push_back(layer_rotations(recipe, head_dim_, l, calib));
 
   Device& d = *dev_;
-  const int S = recipe.windows.sink, W = recipe.windows.recent, bits = recipe.key.bits, D = head_dim_;
-  const int64_t body = std::max<int64_t>(0, static_cast<int64_t>(capacity) - S - W);
+  const int bits = recipe.key.bits, D = head_dim_;
   const size_t H = static_cast<size_t>(n_kv_);
+  d.omni = gpu_uses_omni_format(recipe);
   for (int l = 0; l < c.n_layers; ++l) {
+    if (d.omni) {
+      oscar_omni_cache k{};
+      const int64_t body = (static_cast<int64_t>(capacity) + omnifmt::kResidual - 1) / omnifmt::kResidual * omnifmt::kResidual;
+      k.batch = 1;
+      k.num_kv_heads = n_kv_;
+      k.head_dim = D;
+      k.bits = bits;
+      k.body_capacity = body;
+      k.k_res = d.alloc(H * omnifmt::kResidual * D * 2);
+      k.v_res = d.alloc(H * omnifmt::kResidual * D * 2);
+      k.k_codes = d.alloc(H * body * D * bits / 8);
+      k.v_codes = d.alloc(H * body * D * bits / 8);
+      k.k_params = d.alloc(H * (body / omnifmt::kKeyBlock) * D * 4);
+      k.v_params = d.alloc(H * body * (D / omnifmt::kValueGroup) * 4);
+      k.k_norms = d.alloc(body * 2);
+      if (oscar_omni_capacity(&k) < capacity) fail("internal: GpuKvCache holds {} tokens, {} needed", oscar_omni_capacity(&k), capacity);
+      d.omni_layers.push_back(k);
+      continue;
+    }
+    const int S = recipe.windows.sink, W = recipe.windows.recent;
+    const int64_t body = std::max<int64_t>(0, static_cast<int64_t>(capacity) - S - W);
     oscar_kv_cache k{};
     k.batch = 1;
     k.num_kv_heads = n_kv_;
@@ -174,7 +225,6 @@ bool GpuKvCache::attend(int layer, const MatrixRM& q, MatrixRM& out) {
   if (first != on_device_[layer] || q.cols() != static_cast<Eigen::Index>(n_heads_) * D)
     fail("internal: GpuKvCache layer {}: {} queries for rows {}..{}, {} tokens on the device", layer, n, first, rows_[layer],
          on_device_[layer]);
-  const oscar_kv_cache& c = d.layers[layer];
   const LayerRotations& rot = rot_[layer];
   auto* kdst = reinterpret_cast<uint16_t*>(d.host.data());
   auto* vdst = reinterpret_cast<uint16_t*>(d.host.data() + d.off_v);
@@ -205,12 +255,20 @@ bool GpuKvCache::attend(int layer, const MatrixRM& q, MatrixRM& out) {
     OSCAR_CUDA(cudaMemcpy(d.staging, d.host.data(), d.staging_bytes, cudaMemcpyHostToDevice));
     const auto* dlens = reinterpret_cast<const int32_t*>(dbase + d.off_len);
     oscar_error err{};
-    status_check(oscar_kv_append(&c, dbase, dbase + d.off_v, dlens, L, nullptr, &err), err, "oscar_kv_append", layer);
+    if (d.omni)
+      status_check(oscar_omni_append(&d.omni_layers[layer], dbase, dbase + d.off_v, dlens, L, nullptr, &err), err, "oscar_omni_append", layer);
+    else
+      status_check(oscar_kv_append(&d.layers[layer], dbase, dbase + d.off_v, dlens, L, nullptr, &err), err, "oscar_kv_append", layer);
     if (const size_t need = oscar_kv_decode_workspace_bytes(1, n_heads_, n_kv_, D, L + 1, 1); need > d.workspace_bytes)
       d.grow_workspace(need);  // sized for the capacity at construction; grown if a shorter length needs more
-    status_check(oscar_kv_decode(&c, dbase + d.off_q, n_heads_, dlens + 1, L + 1, scale, d.out, d.workspace, d.workspace_bytes,
-                                 nullptr, &err),
-                 err, "oscar_kv_decode", layer);
+    if (d.omni)
+      status_check(oscar_omni_decode(&d.omni_layers[layer], dbase + d.off_q, n_heads_, dlens + 1, L + 1, scale, d.out, d.workspace,
+                                     d.workspace_bytes, nullptr, &err),
+                   err, "oscar_omni_decode", layer);
+    else
+      status_check(oscar_kv_decode(&d.layers[layer], dbase + d.off_q, n_heads_, dlens + 1, L + 1, scale, d.out, d.workspace,
+                                   d.workspace_bytes, nullptr, &err),
+                   err, "oscar_kv_decode", layer);
     OSCAR_CUDA(cudaMemcpy(d.out_host.data(), d.out, d.out_host.size() * sizeof(float), cudaMemcpyDeviceToHost));
     OSCAR_CUDA(cudaGetLastError());
     for (int h = 0; h < n_heads_; ++h) {

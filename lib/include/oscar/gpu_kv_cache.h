@@ -1,5 +1,5 @@
 // gpu_kv_cache.h: a KvCache whose attention runs on the GPU, through the CUDA decode kernels
-// (kernels/include/oscar_kv.h, format oscar-cov) over the kernels' own quantized cache, token by token
+// (kernels/include/oscar_kv.h, formats oscar-cov and oscar-omni) over the kernels' own quantized cache, token by token
 // as a server would. Each new token's K and V are rotated on the host by the recipe's R_K and R_V
 // (layer_rotations, as QuantizedKvCache and cache_sim get them), rounded to bf16 (nearest even) and
 // appended with oscar_kv_append (the kernel quantizes the token leaving the recent window into the
@@ -16,13 +16,16 @@
 
 namespace oscar {
 
-// Empty when the CUDA kernels implement the resolved `recipe` for a model of config `c` (token-wise
-// asymmetric uniform groups of exactly head_dim channels, fp16 scale and zero, bits 2 or 4 on both K and
-// V, BF16 sink and recent windows with recent > 0, no residual block, no token scaling, head_dim 128, at
-// most 8 query heads per KV head; any rotation, applied on the host); otherwise what is not.
+// Empty when a CUDA kernel format implements the resolved `recipe` for a model of config `c`; otherwise
+// what does not fit. Both formats: head_dim 128, at most 8 query heads per KV head, bits 2 or 4 on K and V,
+// asymmetric uniform fp16 scale/zero, round half to even, bf16 windows, any rotation (applied on the host).
+// oscar-cov format: token-wise groups of head_dim, sink + recent window (recent > 0), no residual block,
+// no token scaling. oscar-omni format (chosen when the recipe scales tokens or has per-channel keys):
+// Omni-Token Scaling with fp16 norms, keys per channel over 32 tokens, values per token in groups of 32,
+// clip 1, residual block of 128, no sink or recent window.
 std::string gpu_unsupported_reason(const Recipe& recipe, const ModelConfig& c);
 // What the kernels support, for messages.
-inline constexpr const char* kGpuSupported = "supported: oscar-cov at 2 or 4 bits, head_dim 128";
+inline constexpr const char* kGpuSupported = "supported: oscar-cov and oscar-omni at 2 or 4 bits, head_dim 128";
 
 // Throws Error "no CUDA device: ...; run without --gpu" unless a CUDA device is visible.
 void require_cuda_device();
