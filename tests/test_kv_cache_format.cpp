@@ -1,8 +1,10 @@
 // test_kv_cache_format.cpp: the byte-size formulas of oscar/kv_cache_format.h, checked by hand
-// (oscar-cov, head_dim 128, sink 64, recent 256), including the memory ratio vs BF16 at 128K tokens.
+// (oscar-cov, head_dim 128, sink 64, recent 256) and of oscar/omni_format.h, including the memory ratios
+// vs BF16 at 128K tokens.
 #include <catch2/catch.hpp>
 
 #include "oscar/kv_cache_format.h"
+#include "oscar/omni_format.h"
 
 using namespace oscar::kvfmt;
 
@@ -41,4 +43,19 @@ TEST_CASE("oscar-cov memory at 128K tokens vs BF16", "[kv_cache_format]") {
   // Llama-3-8B (32 layers x 8 KV heads) per 128K-token sequence: BF16 16 GiB, INT2 ~2.28 GiB.
   CHECK(bf16_state_bytes(T, 128) * 32 * 8 == 17179869184LL);
   CHECK(state_bytes(T, 128, 2, 64, 256) * 32 * 8 == 2451963904LL);
+}
+
+TEST_CASE("oscar-omni bytes and segments", "[kv_cache_format]") {
+  using namespace oscar::omnifmt;
+  // per token per KV head, head_dim 128: codes 32 + 32 (INT2), key scale/zero 4 * 128 / 32 = 16,
+  // value scale/zero 4 * 128 / 32 = 16, the fp16 norm shared by 8 KV heads 2 / 8
+  CHECK(body_bytes_per_token(128, 2, 8) == 96.25);
+  CHECK(body_bytes_per_token(128, 4, 8) == 160.25);
+  CHECK(body_tokens(127) == 0);
+  CHECK(body_tokens(128) == 128);
+  CHECK(body_tokens(300) == 256);
+  const int64_t T = 131072;
+  CHECK(state_bytes(T, 128, 2, 8) == 128 * 512 + 131072 * 96.25);  // 12,681,216 B
+  CHECK(67108864.0 / state_bytes(T, 128, 2, 8) == Approx(5.292).epsilon(1e-3));  // OScaR reports 5.3x
+  CHECK(decode_read_bytes(300, 128, 2, 8) == 44 * 512 + 256 * 96.25);
 }
