@@ -25,6 +25,7 @@
 #include "oscar/quant_rules.h"
 #include "oscar_kv.h"
 
+#include "attention_reference.h"
 #include "gpu_check.h"
 
 namespace {
@@ -45,35 +46,6 @@ std::vector<T> host_copy(const void* p, size_t n) {
   return h;
 }
 
-// Reference attention for one query over keys/values given as double rows.
-void ref_attention(const uint16_t* q, const std::vector<double>& K, const std::vector<double>& V, int L, double scale, double* o) {
-  std::vector<double> s(L);
-  double m = -INFINITY;
-  for (int t = 0; t < L; ++t) {
-    double d = 0;
-    for (int c = 0; c < D; ++c) d += double(bf16_bits_to_float(q[c])) * K[size_t(t) * D + c];
-    s[t] = d * scale;
-    m = std::max(m, s[t]);
-  }
-  double l = 0;
-  for (int c = 0; c < D; ++c) o[c] = 0;
-  for (int t = 0; t < L; ++t) {
-    const double p = std::exp(s[t] - m);
-    l += p;
-    for (int c = 0; c < D; ++c) o[c] += p * V[size_t(t) * D + c];
-  }
-  for (int c = 0; c < D; ++c) o[c] = L ? o[c] / l : 0.0;
-}
-
-double rel_err(const float* got, const double* ref) {
-  double num = 0, den = 0;
-  for (int c = 0; c < D; ++c) {
-    if (!std::isfinite(got[c])) return INFINITY;
-    num += (got[c] - ref[c]) * (got[c] - ref[c]);
-    den += ref[c] * ref[c];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
 }  // namespace
 
 int main() {
@@ -123,8 +95,8 @@ int main() {
           const size_t off = (size_t(b) * H + hh) * T * D;
           std::vector<double> K(size_t(lens[b]) * D), V(K.size());
           for (size_t i = 0; i < K.size(); ++i) { K[i] = bf16_bits_to_float(k[off + i]); V[i] = bf16_bits_to_float(v[off + i]); }
-          ref_attention(&q[(size_t(b) * Hq + hq) * D], K, V, lens[b], scale, ref.data());
-          const double e = rel_err(&out[(size_t(b) * Hq + hq) * D], ref.data());
+          attn_ref::attention_bf16q(&q[(size_t(b) * Hq + hq) * D], K, V, lens[b], D, scale, ref.data());
+          const double e = attn_ref::rel_err(&out[(size_t(b) * Hq + hq) * D], ref.data(), D);
           worst = std::max(worst, e);
           EXPECT(e <= 1e-2, "bf16 Hq=%d Hkv=%d b=%d (L=%d) hq=%d rel err %.3e", Hq, H, b, lens[b], hq, e);
         }
@@ -195,12 +167,12 @@ int main() {
           }
           for (int g = 0; g < Hq / H; ++g) {
             const int hq = hh * (Hq / H) + g;
-            ref_attention(&q[(size_t(b) * Hq + hq) * D], K, V, L, scale, ref.data());
-            const double e = rel_err(&out[(size_t(b) * Hq + hq) * D], ref.data());
+            attn_ref::attention_bf16q(&q[(size_t(b) * Hq + hq) * D], K, V, L, D, scale, ref.data());
+            const double e = attn_ref::rel_err(&out[(size_t(b) * Hq + hq) * D], ref.data(), D);
             worst = std::max(worst, e);
             EXPECT(e <= 1e-2, "int%d Hq=%d Hkv=%d b=%d (L=%d) hq=%d rel err %.3e", bits, Hq, H, b, L, hq, e);
-            ref_attention(&q[(size_t(b) * Hq + hq) * D], K0, V0, L, scale, ref.data());
-            worst_vs_orig = std::max(worst_vs_orig, rel_err(&out[(size_t(b) * Hq + hq) * D], ref.data()));
+            attn_ref::attention_bf16q(&q[(size_t(b) * Hq + hq) * D], K0, V0, L, D, scale, ref.data());
+            worst_vs_orig = std::max(worst_vs_orig, attn_ref::rel_err(&out[(size_t(b) * Hq + hq) * D], ref.data(), D));
           }
         }
       std::printf("int%d Hq=%d Hkv=%d: max rel err %.3e vs dequantized reference (%.3e vs unquantized bf16, information only)\n",

@@ -18,6 +18,7 @@
 
 #include "oscar_kv.h"
 
+#include "attention_reference.h"
 #include "gpu_check.h"
 #include "omni_twin.h"
 
@@ -89,33 +90,6 @@ int compare(const DevOmni& d, const omni_twin::Cache& tw, const std::vector<int>
   return bad;
 }
 
-void ref_attention(const uint16_t* q, const std::vector<double>& K, const std::vector<double>& V, int L, double scale, double* o) {
-  std::vector<double> s(L);
-  double m = -INFINITY;
-  for (int t = 0; t < L; ++t) {
-    double d = 0;
-    for (int c = 0; c < D; ++c) d += double(bf16_bits_to_float(q[c])) * K[size_t(t) * D + c];
-    s[t] = d * scale;
-    m = std::max(m, s[t]);
-  }
-  double l = 0;
-  for (int c = 0; c < D; ++c) o[c] = 0;
-  for (int t = 0; t < L; ++t) {
-    const double p = std::exp(s[t] - m);
-    l += p;
-    for (int c = 0; c < D; ++c) o[c] += p * V[size_t(t) * D + c];
-  }
-  for (int c = 0; c < D; ++c) o[c] = L ? o[c] / l : 0.0;
-}
-double rel_err(const float* got, const double* ref) {
-  double num = 0, den = 0;
-  for (int c = 0; c < D; ++c) {
-    if (!std::isfinite(got[c])) return INFINITY;
-    num += (got[c] - ref[c]) * (got[c] - ref[c]);
-    den += ref[c] * ref[c];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
 }  // namespace
 
 int main() {
@@ -195,8 +169,8 @@ int main() {
               }
             for (int g = 0; g < Hq / H; ++g) {
               const int hq = h * (Hq / H) + g;
-              ref_attention(&q[(size_t(b) * Hq + hq) * D], K, V, L[b], scale, ref.data());
-              const double e = rel_err(&out[(size_t(b) * Hq + hq) * D], ref.data());
+              attn_ref::attention_bf16q(&q[(size_t(b) * Hq + hq) * D], K, V, L[b], D, scale, ref.data());
+              const double e = attn_ref::rel_err(&out[(size_t(b) * Hq + hq) * D], ref.data(), D);
               worst = std::max(worst, e);
               EXPECT(e <= 1e-2, "%s int%d Hq=%d Hkv=%d b=%d (L=%d) hq=%d rel err %.3e", what, bits, Hq, H, b, L[b], hq, e);
             }

@@ -19,6 +19,7 @@
 #include "oscar/kv_cache_format.h"
 #include "oscar_kv.h"
 
+#include "attention_reference.h"
 #include "gpu_check.h"
 #include "omni_twin.h"
 #include "real_activations.h"
@@ -26,34 +27,6 @@
 namespace {
 constexpr int D = 128;
 
-void ref_attention(const std::vector<double>& q, const std::vector<double>& K, const std::vector<double>& V, int L, double scale,
-                   double* o) {
-  std::vector<double> s(L);
-  double m = -INFINITY;
-  for (int t = 0; t < L; ++t) {
-    double d = 0;
-    for (int c = 0; c < D; ++c) d += q[c] * K[size_t(t) * D + c];
-    s[t] = d * scale;
-    m = std::max(m, s[t]);
-  }
-  double l = 0;
-  for (int c = 0; c < D; ++c) o[c] = 0;
-  for (int t = 0; t < L; ++t) {
-    const double p = std::exp(s[t] - m);
-    l += p;
-    for (int c = 0; c < D; ++c) o[c] += p * V[size_t(t) * D + c];
-  }
-  for (int c = 0; c < D; ++c) o[c] /= l;
-}
-double rel_err(const float* got, const double* ref) {
-  double num = 0, den = 0;
-  for (int c = 0; c < D; ++c) {
-    if (!std::isfinite(got[c])) return INFINITY;
-    num += (got[c] - ref[c]) * (got[c] - ref[c]);
-    den += ref[c] * ref[c];
-  }
-  return std::sqrt(num / den);
-}
 template <class T>
 std::vector<T> get(const void* p, size_t bytes) {
   std::vector<T> h(bytes / sizeof(T));
@@ -127,12 +100,12 @@ int main() {
           for (int g = 0; g < G; ++g) {
             const int hq = h * G + g;
             for (int c = 0; c < D; ++c) qd[c] = oscar::bf16_bits_to_float(q[(size_t(b) * Hq + hq) * D + c]);
-            ref_attention(qd, K, V, lens[b], scale, ref.data());
-            const double e = rel_err(&out[(size_t(b) * Hq + hq) * D], ref.data());
+            attn_ref::attention(qd.data(), K, V, lens[b], D, scale, ref.data());
+            const double e = attn_ref::rel_err(&out[(size_t(b) * Hq + hq) * D], ref.data(), D);
             worst = std::max(worst, e);
             EXPECT(e <= 1e-2, "layer %zu %s int%d b=%d (L=%d) hq=%d rel err %.3e", li, fmt, bits, b, lens[b], hq, e);
-            ref_attention(qd, K0, V0, lens[b], scale, ref.data());
-            worst_orig = std::max(worst_orig, rel_err(&out[(size_t(b) * Hq + hq) * D], ref.data()));
+            attn_ref::attention(qd.data(), K0, V0, lens[b], D, scale, ref.data());
+            worst_orig = std::max(worst_orig, attn_ref::rel_err(&out[(size_t(b) * Hq + hq) * D], ref.data(), D));
           }
         }
       std::printf("layer %zu %s int%d: max rel err %.3e vs the dequantized cache (%.3e vs unquantized, information)\n", li, fmt,

@@ -181,6 +181,31 @@ __device__ __forceinline__ void p_to_bfrag(uint16_t* ps, int g, int t, float p00
   b[1] = static_cast<uint32_t>(ps[(2 * t + 8) * 8 + g]) | (static_cast<uint32_t>(ps[(2 * t + 9) * 8 + g]) << 16);
 }
 
+// PV A fragments from packed value codes. A thread holds, for its four tokens 2t, 2t+1, 2t+8, 2t+9 of a
+// 16-token tile (rows r = 0..3 of vw), VW words of codes of channels 16g .. 16g + 15; pairing the tokens
+// (2t, 2t+1) and (2t+8, 2t+9) per 16-bit half gives words whose halves hold one channel of two tokens.
+template <int VW>
+__device__ __forceinline__ void pair_tokens(const uint32_t (&vw)[4][VW], uint32_t (&lo)[2][VW], uint32_t (&hi)[2][VW]) {
+#pragma unroll
+  for (int pr = 0; pr < 2; ++pr)
+#pragma unroll
+    for (int w = 0; w < VW; ++w) {
+      lo[pr][w] = prmt(vw[2 * pr][w], vw[2 * pr + 1][w], 0x5410);
+      hi[pr][w] = prmt(vw[2 * pr][w], vw[2 * pr + 1][w], 0x7632);
+    }
+}
+// Register k of m-tile mt's A fragment (channel 16g + mt + 8 (k & 1), token pair k >> 1): the paired word
+// holding it, and the code index within that word's 16-bit halves (the argument of codes_bf16x2).
+template <int BITS, int VW>
+__device__ __forceinline__ uint32_t v_pair_word(const uint32_t (&lo)[2][VW], const uint32_t (&hi)[2][VW], int mt, int k) {
+  constexpr int PW = 16 / BITS;
+  const int pr = k >> 1, sigma = mt + 8 * (k & 1);
+  const int w = sigma / (32 / BITS), cidx = sigma % (32 / BITS);
+  return cidx / PW ? hi[pr][w] : lo[pr][w];
+}
+template <int BITS>
+__host__ __device__ constexpr int v_pair_code(int mt, int k) { return (mt + 8 * (k & 1)) % (32 / BITS) % (16 / BITS); }
+
 // cp.async helpers (per-warp pipeline: each lane waits for its own groups, then __syncwarp).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
@@ -420,6 +445,21 @@ int quant_parts_bound(int batch, int kv_heads, int32_t max_len) {
   if (by_len < 1) by_len = 1;
   ns = ns < by_len ? ns : by_len;
   return static_cast<int>(ns + kMaxWin);
+}
+
+// Checks shared by the prefill and append entry points of both formats: the bf16 K/V inputs and the
+// lengths (`what`: "k, v" or "k_new, v_new"), and, for append, that one more token fits.
+oscar_status check_write_args(const char* fn, const char* what, const void* k, const void* v, const int32_t* lens, oscar_error* err) {
+  if (!k || !v || !lens) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: %s or seq_lens is NULL", fn, what);
+  if (!api::aligned(k, 16) || !api::aligned(v, 16) || !api::aligned(lens, 4))
+    return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: %s must be 16-byte aligned and seq_lens 4-byte aligned", fn, what);
+  return OSCAR_OK;
+}
+oscar_status check_append_len(const char* fn, int32_t max_seq_len, int64_t capacity, oscar_error* err) {
+  if (max_seq_len < 0 || static_cast<int64_t>(max_seq_len) + 1 > capacity)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d: appending would exceed the capacity %lld", fn, max_seq_len,
+                     (long long)capacity);
+  return OSCAR_OK;
 }
 
 // Checks shared by every decode entry point.

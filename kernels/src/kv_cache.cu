@@ -279,27 +279,13 @@ __device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* stg, int
     }
     uint32_t b[2];
     p_to_bfrag(ps, g, t, pp[0], pp[1], pp[2], pp[3], b);
-    // Token pairs A = (2t, 2t+1), B = (2t+8, 2t+9): low / high 16-bit halves of each word.
     uint32_t lo[2][VW], hi[2][VW];
-#pragma unroll
-    for (int pr = 0; pr < 2; ++pr)
-#pragma unroll
-      for (int w = 0; w < VW; ++w) {
-        lo[pr][w] = prmt(vw[2 * pr][w], vw[2 * pr + 1][w], 0x5410);
-        hi[pr][w] = prmt(vw[2 * pr][w], vw[2 * pr + 1][w], 0x7632);
-      }
+    pair_tokens<VW>(vw, lo, hi);
 #pragma unroll
     for (int mt = 0; mt < 8; ++mt) {
       uint32_t a[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int pr = k >> 1;                  // token pair
-        const int sigma = mt + 8 * (k & 1);     // slot: channel 16g + sigma
-        const int w = sigma / (32 / BITS);      // word of the thread's slice
-        const int cidx = sigma % (32 / BITS);   // code within the word
-        const int half = cidx / PW, i = cidx % PW;
-        a[k] = codes_bf16x2<BITS>(half ? hi[pr][w] : lo[pr][w], i);
-      }
+      for (int k = 0; k < 4; ++k) a[k] = codes_bf16x2<BITS>(v_pair_word<BITS, VW>(lo, hi, mt, k), v_pair_code<BITS>(mt, k));
       mma_bf16(st.acc[mt], a, b);
     }
   }
@@ -559,9 +545,7 @@ extern "C" oscar_status oscar_kv_prefill(const oscar_kv_cache* cache, const void
   kernels::CacheView cv;
   oscar_status st = kernels::check_cache(cache, fn, err, cv);
   if (st != OSCAR_OK) return st;
-  if (!k || !v || !seq_lens) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: k, v or seq_lens is NULL", fn);
-  if (!api::aligned(k, 16) || !api::aligned(v, 16) || !api::aligned(seq_lens, 4))
-    return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: k/v must be 16-byte aligned and seq_lens 4-byte aligned", fn);
+  if ((st = kernels::check_write_args(fn, "k, v", k, v, seq_lens, err)) != OSCAR_OK) return st;
   if (max_len < 0) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_len=%d is negative", fn, max_len);
   if (max_len > oscar_kv_capacity(cache))
     return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_len=%d exceeds the cache capacity %lld", fn, max_len,
@@ -579,12 +563,8 @@ extern "C" oscar_status oscar_kv_append(const oscar_kv_cache* cache, const void*
   kernels::CacheView cv;
   oscar_status st = kernels::check_cache(cache, fn, err, cv);
   if (st != OSCAR_OK) return st;
-  if (!k_new || !v_new || !seq_lens) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: k_new, v_new or seq_lens is NULL", fn);
-  if (!api::aligned(k_new, 16) || !api::aligned(v_new, 16) || !api::aligned(seq_lens, 4))
-    return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: k_new/v_new must be 16-byte aligned and seq_lens 4-byte aligned", fn);
-  if (max_seq_len < 0 || static_cast<int64_t>(max_seq_len) + 1 > oscar_kv_capacity(cache))
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d: appending would exceed the capacity %lld", fn,
-                     max_seq_len, (long long)oscar_kv_capacity(cache));
+  if ((st = kernels::check_write_args(fn, "k_new, v_new", k_new, v_new, seq_lens, err)) != OSCAR_OK) return st;
+  if ((st = kernels::check_append_len(fn, max_seq_len, oscar_kv_capacity(cache), err)) != OSCAR_OK) return st;
   return kernels::launch_append(cv, cache->bits, static_cast<const uint16_t*>(k_new), static_cast<const uint16_t*>(v_new),
                                 seq_lens, static_cast<cudaStream_t>(stream), err);
 }

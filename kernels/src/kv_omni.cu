@@ -347,23 +347,14 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, const uint8_t* stg, co
       for (int w = 0; w < VW; ++w) vw[r][w] = src[w];
     }
     uint32_t lo[2][VW], hi[2][VW];
-#pragma unroll
-    for (int pr = 0; pr < 2; ++pr)
-#pragma unroll
-      for (int w = 0; w < VW; ++w) {
-        lo[pr][w] = prmt(vw[2 * pr][w], vw[2 * pr + 1][w], 0x5410);
-        hi[pr][w] = prmt(vw[2 * pr][w], vw[2 * pr + 1][w], 0x7632);
-      }
+    pair_tokens<VW>(vw, lo, hi);
 #pragma unroll
     for (int mt = 0; mt < 8; ++mt) {
       uint32_t a[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int pr = k >> 1, sigma = mt + 8 * (k & 1);
-        const int w = sigma / (32 / BITS), cidx = sigma % (32 / BITS);
-        const int half = cidx / PW, i = cidx % PW;
-        const int pos = M7::pos(i);
-        a[k] = hfma2_bf16(codes_bf16x2<BITS>(half ? hi[pr][w] : lo[pr][w], i), sp2[pr][pos], np2[pr][pos]);
+        const int i = v_pair_code<BITS>(mt, k), pos = M7::pos(i);
+        a[k] = hfma2_bf16(codes_bf16x2<BITS>(v_pair_word<BITS, VW>(lo, hi, mt, k), i), sp2[k >> 1][pos], np2[k >> 1][pos]);
       }
       mma_bf16(st.acc[mt], a, b);
     }
@@ -526,9 +517,7 @@ extern "C" oscar_status oscar_omni_prefill(const oscar_omni_cache* cache, const 
   kernels::OmniView cv;
   oscar_status st = kernels::check_omni(cache, fn, err, cv);
   if (st != OSCAR_OK) return st;
-  if (!k || !v || !seq_lens) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: k, v or seq_lens is NULL", fn);
-  if (!api::aligned(k, 16) || !api::aligned(v, 16) || !api::aligned(seq_lens, 4))
-    return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: k/v must be 16-byte aligned and seq_lens 4-byte aligned", fn);
+  if ((st = kernels::check_write_args(fn, "k, v", k, v, seq_lens, err)) != OSCAR_OK) return st;
   if (max_len < 0 || max_len > oscar_omni_capacity(cache))
     return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_len=%d outside [0, capacity %lld]", fn, max_len,
                      (long long)oscar_omni_capacity(cache));
@@ -549,12 +538,8 @@ extern "C" oscar_status oscar_omni_append(const oscar_omni_cache* cache, const v
   kernels::OmniView cv;
   oscar_status st = kernels::check_omni(cache, fn, err, cv);
   if (st != OSCAR_OK) return st;
-  if (!k_new || !v_new || !seq_lens) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: k_new, v_new or seq_lens is NULL", fn);
-  if (!api::aligned(k_new, 16) || !api::aligned(v_new, 16) || !api::aligned(seq_lens, 4))
-    return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: k_new/v_new must be 16-byte aligned and seq_lens 4-byte aligned", fn);
-  if (max_seq_len < 0 || static_cast<int64_t>(max_seq_len) + 1 > oscar_omni_capacity(cache))
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d: appending would exceed the capacity %lld", fn,
-                     max_seq_len, (long long)oscar_omni_capacity(cache));
+  if ((st = kernels::check_write_args(fn, "k_new, v_new", k_new, v_new, seq_lens, err)) != OSCAR_OK) return st;
+  if ((st = kernels::check_append_len(fn, max_seq_len, oscar_omni_capacity(cache), err)) != OSCAR_OK) return st;
   const dim3 grid(static_cast<unsigned>(cache->batch), kernels::kResidual / kernels::kKeyBlock);
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const auto* kk = static_cast<const uint16_t*>(k_new);
