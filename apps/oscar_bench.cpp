@@ -27,6 +27,12 @@ struct Row {
   std::string kernel;
   double us = 0, bytes = 0, tbps = 0, frac_copy = 0, speedup_bf16 = 0;
 };
+struct PrefillRow {
+  int batch = 0, ctx = 0;
+  std::string format;  // e.g. "int2 oscar-cov"
+  double us = 0, read = 0, written = 0;
+  double tbps() const { return (read + written) / (us * 1e-6) / 1e12; }
+};
 
 #define CUDA_OK(call)                                                                                     \
   do {                                                                                                    \
@@ -128,7 +134,7 @@ int main(int argc, char** argv) {
                 prop.l2CacheSize >> 20, copy_tbps);
 
     std::vector<Row> rows;
-    std::vector<std::string> prefill_lines;
+    std::vector<PrefillRow> prefill;
     for (int B : batches)
       for (int ctx : ctxs) {
         const size_t bh = size_t(B) * hkv;
@@ -196,11 +202,7 @@ int main(int argc, char** argv) {
                 OSCAR_OK_(oscar_kv_prefill(&c, k16 + size_t(r) * per, v16 + size_t(r) * per, lens, ctx, nullptr, &err_));
               },
               nrot, std::max(reps / 2, nrot));
-          char line[256];
-          std::snprintf(line, sizeof line, "| %d | %d | int%d oscar-cov | %.1f | %.3f | %.3f | %.2f | %.0f%% |", B, ctx, bits, uspre, pre_read / 1e9,
-                        pre_write / 1e9, (pre_read + pre_write) / (uspre * 1e-6) / 1e12,
-                        100.0 * (pre_read + pre_write) / (uspre * 1e-6) / 1e12 / copy_tbps);
-          prefill_lines.push_back(line);
+          prefill.push_back({B, ctx, "int" + std::to_string(bits) + " oscar-cov", uspre, pre_read, pre_write});
           const double read = double(bh) * oscar::kvfmt::decode_read_bytes(ctx, D, bits, S, W);
           const double us = time_median_us(
               [&](int i) {
@@ -235,11 +237,7 @@ int main(int argc, char** argv) {
                 OSCAR_OK_(oscar_omni_prefill(&c, k16 + size_t(r) * per, v16 + size_t(r) * per, lens, ctx, nullptr, &err_));
               },
               nrot, std::max(reps / 2, nrot));
-          char line[256];
-          std::snprintf(line, sizeof line, "| %d | %d | int%d oscar-omni | %.1f | %.3f | %.3f | %.2f | %.0f%% |", B, ctx, bits, uspre,
-                        pre_read / 1e9, pre_write / 1e9, (pre_read + pre_write) / (uspre * 1e-6) / 1e12,
-                        100.0 * (pre_read + pre_write) / (uspre * 1e-6) / 1e12 / copy_tbps);
-          prefill_lines.push_back(line);
+          prefill.push_back({B, ctx, "int" + std::to_string(bits) + " oscar-omni", uspre, pre_read, pre_write});
           const double read = double(bh) * oscar::omnifmt::decode_read_bytes(ctx, D, bits, hkv);
           const double us = time_median_us(
               [&](int i) {
@@ -256,7 +254,9 @@ int main(int argc, char** argv) {
     for (auto& r : rows) r.frac_copy = r.tbps / copy_tbps;
 
     std::printf("\n### Prefill quantize (K+V, rotations of the whole cache)\n\n| batch | ctx | format | us | GB read | GB written | TB/s (r+w) | vs copy |\n|---|---|---|---|---|---|---|---|\n");
-    for (auto& l : prefill_lines) std::printf("%s\n", l.c_str());
+    for (const PrefillRow& p : prefill)
+      std::printf("| %d | %d | %s | %.1f | %.3f | %.3f | %.2f | %.0f%% |\n", p.batch, p.ctx, p.format.c_str(), p.us, p.read / 1e9,
+                  p.written / 1e9, p.tbps(), 100.0 * p.tbps() / copy_tbps);
     std::printf("\n### Decode attention (%d q heads / %d KV heads, head_dim %d; copy %.3f TB/s)\n\n", hq, hkv, D, copy_tbps);
     std::printf("| batch | ctx | kernel | us | MB read | TB/s read | vs copy | speed-up vs our bf16 |\n|---|---|---|---|---|---|---|---|\n");
     for (auto& r : rows)
@@ -270,6 +270,12 @@ int main(int argc, char** argv) {
         const Row& r = rows[i];
         std::fprintf(f, "    {\"batch\": %d, \"ctx\": %d, \"kernel\": \"%s\", \"us\": %.3f, \"bytes_read\": %.0f, \"tbps\": %.4f, \"frac_copy\": %.4f, \"speedup_vs_bf16\": %.4f}%s\n",
                      r.batch, r.ctx, r.kernel.c_str(), r.us, r.bytes, r.tbps, r.frac_copy, r.speedup_bf16, i + 1 < rows.size() ? "," : "");
+      }
+      std::fprintf(f, "  ],\n  \"prefill\": [\n");
+      for (size_t i = 0; i < prefill.size(); ++i) {
+        const PrefillRow& p = prefill[i];
+        std::fprintf(f, "    {\"batch\": %d, \"ctx\": %d, \"format\": \"%s\", \"us\": %.3f, \"bytes_read\": %.0f, \"bytes_written\": %.0f, \"tbps\": %.4f, \"frac_copy\": %.4f}%s\n",
+                     p.batch, p.ctx, p.format.c_str(), p.us, p.read, p.written, p.tbps(), p.tbps() / copy_tbps, i + 1 < prefill.size() ? "," : "");
       }
       std::fprintf(f, "  ]\n}\n");
       std::fclose(f);

@@ -463,7 +463,7 @@ oscar_status check_append_len(const char* fn, int32_t max_seq_len, int64_t capac
 }
 
 // Checks shared by every decode entry point.
-oscar_status check_decode_args(const char* fn, const void* q, int32_t hq, int32_t hkv, const int32_t* lens, int32_t max_len,
+oscar_status check_decode_args(const char* fn, const void* q, int32_t hq, int32_t hkv, const int32_t* lens, int32_t max_len, int64_t capacity,
                                  float* out, void* ws, oscar_error* err) {
   if (!q || !lens || !out || !ws) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: q, seq_lens, out or workspace is NULL", fn);
   if (!api::aligned(q, 16) || !api::aligned(out, 16) || !api::aligned(ws, 16) || !api::aligned(lens, 4))
@@ -472,6 +472,24 @@ oscar_status check_decode_args(const char* fn, const void* q, int32_t hq, int32_
     return api::fail(err, OSCAR_ERR_UNSUPPORTED, "%s: num_q_heads=%d num_kv_heads=%d unsupported (a multiple, at most 8 per KV head)",
                      fn, hq, hkv);
   if (max_len < 0) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d is negative", fn, max_len);
+  if (max_len > capacity)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d exceeds the cache capacity %lld", fn, max_len, (long long)capacity);
+  return OSCAR_OK;
+}
+
+// Fills the per-call fields of a decode step whose plan (nsplit, split_len, nwin, np) is set, after
+// checking the caller's workspace against it.
+oscar_status finish_decode_args(DecodeArgs& a, const char* fn, const void* q, const int32_t* lens, int32_t hq, int32_t hkv, int64_t bh,
+                                float softmax_scale, void* workspace, size_t workspace_bytes, oscar_error* err) {
+  const size_t need = decode_workspace(bh, a.np);
+  if (workspace_bytes < need)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: workspace_bytes=%zu < %zu needed", fn, workspace_bytes, need);
+  a.q = static_cast<const uint16_t*>(q);
+  a.lens = lens;
+  a.Hq = hq; a.Hkv = hkv; a.G = hq / hkv;
+  a.sl2 = softmax_scale * kLog2e;
+  a.part_o = static_cast<float*>(workspace);
+  a.part_ml = a.part_o + static_cast<size_t>(bh) * a.np * kQSlots * kHD;
   return OSCAR_OK;
 }
 

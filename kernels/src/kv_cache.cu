@@ -589,24 +589,15 @@ extern "C" oscar_status oscar_kv_decode(const oscar_kv_cache* cache, const void*
   kernels::CacheView cv;
   oscar_status st = kernels::check_cache(cache, fn, err, cv);
   if (st != OSCAR_OK) return st;
-  st = kernels::check_decode_args(fn, q, num_q_heads, cache->num_kv_heads, seq_lens, max_seq_len, out, workspace, err);
+  st = kernels::check_decode_args(fn, q, num_q_heads, cache->num_kv_heads, seq_lens, max_seq_len, oscar_kv_capacity(cache), out,
+                                  workspace, err);
   if (st != OSCAR_OK) return st;
-  if (max_seq_len > oscar_kv_capacity(cache))
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d exceeds the cache capacity %lld", fn, max_seq_len,
-                     (long long)oscar_kv_capacity(cache));
   kernels::DecodeArgs a;
   a.np = kernels::decode_parts(cache->batch, cache->num_kv_heads, max_seq_len, true, cache->sink, cache->recent, a.nsplit, a.split_len,
                               a.nwin);
   const int64_t bh = static_cast<int64_t>(cache->batch) * cache->num_kv_heads;
-  const size_t need = kernels::decode_workspace(bh, a.np);
-  if (workspace_bytes < need)
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: workspace_bytes=%zu < %zu needed", fn, workspace_bytes, need);
-  a.q = static_cast<const uint16_t*>(q);
-  a.lens = seq_lens;
-  a.Hq = num_q_heads; a.Hkv = cache->num_kv_heads; a.G = num_q_heads / cache->num_kv_heads;
-  a.sl2 = softmax_scale * kernels::kLog2e;
-  a.part_o = static_cast<float*>(workspace);
-  a.part_ml = a.part_o + static_cast<size_t>(bh) * a.np * kernels::kQSlots * kernels::kHD;
+  st = kernels::finish_decode_args(a, fn, q, seq_lens, num_q_heads, cache->num_kv_heads, bh, softmax_scale, workspace, workspace_bytes, err);
+  if (st != OSCAR_OK) return st;
   return kernels::launch_decode(&cv, cache->bits, nullptr, nullptr, 0, a, bh, out, cache->batch, static_cast<cudaStream_t>(stream),
                                 err, fn);
 }
@@ -622,22 +613,13 @@ extern "C" oscar_status oscar_bf16_decode(const void* k, const void* v, int32_t 
   if (!api::aligned(k, 16) || !api::aligned(v, 16)) return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: k/v must be 16-byte aligned", fn);
   if (batch <= 0 || capacity < 0)
     return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch=%d capacity=%lld invalid", fn, batch, (long long)capacity);
-  oscar_status st = kernels::check_decode_args(fn, q, num_q_heads, num_kv_heads, seq_lens, max_seq_len, out, workspace, err);
+  oscar_status st = kernels::check_decode_args(fn, q, num_q_heads, num_kv_heads, seq_lens, max_seq_len, capacity, out, workspace, err);
   if (st != OSCAR_OK) return st;
-  if (max_seq_len > capacity)
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d exceeds capacity %lld", fn, max_seq_len, (long long)capacity);
   kernels::DecodeArgs a;
   a.np = kernels::decode_parts(batch, num_kv_heads, max_seq_len, false, 0, 0, a.nsplit, a.split_len, a.nwin);
   const int64_t bh = static_cast<int64_t>(batch) * num_kv_heads;
-  const size_t need = kernels::decode_workspace(bh, a.np);
-  if (workspace_bytes < need)
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: workspace_bytes=%zu < %zu needed", fn, workspace_bytes, need);
-  a.q = static_cast<const uint16_t*>(q);
-  a.lens = seq_lens;
-  a.Hq = num_q_heads; a.Hkv = num_kv_heads; a.G = num_q_heads / num_kv_heads;
-  a.sl2 = softmax_scale * kernels::kLog2e;
-  a.part_o = static_cast<float*>(workspace);
-  a.part_ml = a.part_o + static_cast<size_t>(bh) * a.np * kernels::kQSlots * kernels::kHD;
+  st = kernels::finish_decode_args(a, fn, q, seq_lens, num_q_heads, num_kv_heads, bh, softmax_scale, workspace, workspace_bytes, err);
+  if (st != OSCAR_OK) return st;
   return kernels::launch_decode(nullptr, 16, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), capacity, a, bh,
                                 out, batch, static_cast<cudaStream_t>(stream), err, fn);
 }

@@ -556,26 +556,17 @@ extern "C" oscar_status oscar_omni_decode(const oscar_omni_cache* cache, const v
   kernels::OmniView cv;
   oscar_status st = kernels::check_omni(cache, fn, err, cv);
   if (st != OSCAR_OK) return st;
-  st = kernels::check_decode_args(fn, q, num_q_heads, cache->num_kv_heads, seq_lens, max_seq_len, out, workspace, err);
+  st = kernels::check_decode_args(fn, q, num_q_heads, cache->num_kv_heads, seq_lens, max_seq_len, oscar_omni_capacity(cache), out,
+                                  workspace, err);
   if (st != OSCAR_OK) return st;
-  if (max_seq_len > oscar_omni_capacity(cache))
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d exceeds the cache capacity %lld", fn, max_seq_len,
-                     (long long)oscar_omni_capacity(cache));
   const int64_t bh = static_cast<int64_t>(cache->batch) * cache->num_kv_heads;
   if (bh > 65535) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch * kv_heads = %lld exceeds 65535", fn, (long long)bh);
   kernels::DecodeArgs a;
   const int64_t win = max_seq_len < kernels::kResidual - 1 ? max_seq_len : kernels::kResidual - 1;
   kernels::plan_quant(bh, omnifmt::body_tokens(max_seq_len), win, kernels::kOmniGranule, a.nsplit, a.split_len, a.nwin);
   a.np = a.nsplit + a.nwin;
-  const size_t need = kernels::decode_workspace(bh, a.np);
-  if (workspace_bytes < need)
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: workspace_bytes=%zu < %zu needed", fn, workspace_bytes, need);
-  a.q = static_cast<const uint16_t*>(q);
-  a.lens = seq_lens;
-  a.Hq = num_q_heads; a.Hkv = cache->num_kv_heads; a.G = num_q_heads / cache->num_kv_heads;
-  a.sl2 = softmax_scale * kernels::kLog2e;
-  a.part_o = static_cast<float*>(workspace);
-  a.part_ml = a.part_o + static_cast<size_t>(bh) * a.np * kernels::kQSlots * kernels::kHD;
+  st = kernels::finish_decode_args(a, fn, q, seq_lens, num_q_heads, cache->num_kv_heads, bh, softmax_scale, workspace, workspace_bytes, err);
+  if (st != OSCAR_OK) return st;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const dim3 grid(a.nsplit + a.nwin, static_cast<unsigned>(bh));
   if (cache->bits == 2) {
