@@ -1,0 +1,133 @@
+// test_kv_api_errors.cpp: the KV-cache C API (oscar_kv.h) rejects bad input with a status and a message
+// before touching the GPU, so these checks run on CPU-only machines too: both formats, prefill, append,
+// decode, and the BF16 baseline. Pointers are host addresses that are never dereferenced (every call
+// here fails validation before a launch).
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+
+#include "oscar_kv.h"
+
+namespace {
+
+struct Fake {  // aligned, never-dereferenced stand-ins for device buffers
+  alignas(256) unsigned char bytes[4096];
+  void* at(size_t off) { return bytes + off; }
+};
+
+oscar_kv_cache cov_cache(Fake& f) {
+  oscar_kv_cache c{};
+  c.batch = 2; c.num_kv_heads = 2; c.head_dim = 128; c.bits = 2; c.sink = 64; c.recent = 256; c.body_capacity = 1000;
+  c.clip_k = 0.96f; c.clip_v = 0.92f;
+  void** p[8] = {&c.k_sink, &c.v_sink, &c.k_recent, &c.v_recent, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params};
+  for (int i = 0; i < 8; ++i) *p[i] = f.at(256 * i);
+  return c;
+}
+
+oscar_omni_cache omni_cache(Fake& f) {
+  oscar_omni_cache c{};
+  c.batch = 2; c.num_kv_heads = 2; c.head_dim = 128; c.bits = 2; c.body_capacity = 1024;
+  void** p[7] = {&c.k_res, &c.v_res, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params, &c.k_norms};
+  for (int i = 0; i < 7; ++i) *p[i] = f.at(256 * i);
+  return c;
+}
+
+bool says(const oscar_error& e, const char* what) { return std::strstr(e.message, what) != nullptr; }
+
+}  // namespace
+
+TEST_CASE("oscar-cov C API rejects bad input with a message", "[kv_api]") {
+  Fake f, io;
+  oscar_error err{};
+  const oscar_kv_cache c = cov_cache(f);
+  void* k = io.at(0);
+  void* v = io.at(512);
+  auto* lens = static_cast<int32_t*>(io.at(1024));
+  CHECK(oscar_kv_capacity(&c) == 64 + 1000 + 256);
+  CHECK(oscar_kv_prefill(nullptr, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "cache is NULL"));
+  oscar_kv_cache bad = c;
+  bad.bits = 3;
+  CHECK(oscar_kv_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
+  CHECK(says(err, "bits=3"));
+  bad = c;
+  bad.head_dim = 64;
+  CHECK(oscar_kv_append(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
+  CHECK(says(err, "head_dim=64"));
+  bad = c;
+  bad.k_codes = static_cast<char*>(bad.k_codes) + 4;
+  CHECK(oscar_kv_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
+  CHECK(says(err, "k_codes"));
+  bad = c;
+  bad.v_recent = nullptr;
+  CHECK(oscar_kv_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "v_recent"));
+  CHECK(oscar_kv_prefill(&c, nullptr, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(oscar_kv_prefill(&c, static_cast<char*>(k) + 2, v, lens, 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
+  CHECK(oscar_kv_prefill(&c, k, v, lens, 1321, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "capacity"));
+  CHECK(oscar_kv_append(&c, k, v, lens, 1320, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "capacity"));
+  float* out = static_cast<float*>(io.at(2048));
+  void* ws = io.at(3072);
+  const size_t wsb = oscar_kv_decode_workspace_bytes(2, 8, 2, 128, 1320, 1);
+  CHECK(wsb > 0);
+  CHECK(oscar_kv_decode(&c, k, 8, lens, 1321, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "capacity"));
+  CHECK(oscar_kv_decode(&c, k, 18, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);  // 9 per KV head
+  CHECK(oscar_kv_decode(&c, k, 7, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);   // not a multiple
+  CHECK(oscar_kv_decode(&c, k, 8, lens, 100, 1.f, out + 1, ws, wsb, nullptr, &err) == OSCAR_ERR_MISALIGNED);
+  CHECK(oscar_kv_decode(&c, k, 8, nullptr, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(oscar_kv_decode(&c, k, 8, lens, 1320, 1.f, out, ws, 16, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "workspace_bytes"));
+  CHECK(oscar_bf16_decode(k, v, 2, 2, 1000, 64, k, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
+  CHECK(oscar_bf16_decode(k, v, 2, 2, 1000, 128, k, 8, lens, 1001, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "capacity"));
+}
+
+TEST_CASE("oscar-omni C API rejects bad input with a message", "[kv_api]") {
+  Fake f, io;
+  oscar_error err{};
+  const oscar_omni_cache c = omni_cache(f);
+  void* k = io.at(0);
+  void* v = io.at(512);
+  auto* lens = static_cast<int32_t*>(io.at(1024));
+  CHECK(oscar_omni_capacity(&c) == 1024 + 127);
+  CHECK(oscar_omni_prefill(nullptr, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  oscar_omni_cache bad = c;
+  bad.bits = 8;
+  CHECK(oscar_omni_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
+  CHECK(says(err, "bits=8"));
+  bad = c;
+  bad.head_dim = 256;
+  CHECK(oscar_omni_append(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
+  CHECK(says(err, "head_dim=256"));
+  bad = c;
+  bad.body_capacity = 1000;
+  CHECK(oscar_omni_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "multiple of 128"));
+  bad = c;
+  bad.k_norms = nullptr;
+  CHECK(oscar_omni_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "k_norms"));
+  bad = c;
+  bad.v_params = static_cast<char*>(bad.v_params) + 8;
+  CHECK(oscar_omni_append(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
+  CHECK(says(err, "v_params"));
+  CHECK(oscar_omni_prefill(&c, k, nullptr, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(oscar_omni_append(&c, k, v, static_cast<int32_t*>(io.at(1026)), 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
+  CHECK(oscar_omni_prefill(&c, k, v, lens, 1152, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "capacity"));
+  CHECK(oscar_omni_append(&c, k, v, lens, 1151, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "capacity"));
+  float* out = static_cast<float*>(io.at(2048));
+  void* ws = io.at(3072);
+  const size_t wsb = oscar_kv_decode_workspace_bytes(2, 8, 2, 128, 1151, 1);
+  CHECK(oscar_omni_decode(&c, k, 8, lens, 1152, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "capacity"));
+  CHECK(oscar_omni_decode(&c, k, 20, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
+  CHECK(oscar_omni_decode(&c, static_cast<char*>(k) + 8, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_MISALIGNED);
+  CHECK(oscar_omni_decode(&c, k, 8, lens, 1151, 1.f, out, ws, 16, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "workspace_bytes"));
+}
