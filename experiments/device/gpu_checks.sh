@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# gpu_checks.sh DEVBIN OUT: everything a GPU session verifies, in one command, on binaries packed by
+# gpu_checks.sh DEVBIN OUT [tests|bench|all]: everything a GPU session verifies, in one command, on binaries packed by
 # pack.sh (DEVBIN = the unpacked folder with bin/ and lib/): every GPU test (logs in OUT), compute-sanitizer
 # memcheck on the kernel tests, the kernel benchmark (oscar-bench, Markdown + JSON), PyTorch SDPA side by
-# side (bench_vs_sdpa.py, when torch is importable) and oscar-eval --gpu for oscar-omni and oscar-cov.
+# side (bench_vs_sdpa.py, when torch is importable; with large_shape_check.py first) and oscar-eval --gpu for oscar-omni and oscar-cov.
 # The test binaries have the data folder compiled in as the build machine's /work/main: where that path
 # does not exist, it is linked to this checkout. Prints one line per step; exits 1 if any step failed.
 set -uo pipefail
-devbin=$(cd "$1" && pwd); out=$2
+devbin=$(cd "$1" && pwd); out=$2; what=${3:-all}   # tests: GPU tests, memcheck, oscar-eval; bench: benchmarks
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export LD_LIBRARY_PATH="$devbin/lib:${LD_LIBRARY_PATH:-}"
@@ -22,18 +22,25 @@ step() {  # step NAME LIMIT_S CMD...: runs CMD with a time limit, output in OUT/
   [ "$rc" = 0 ] || fails=$((fails + 1))
 }
 nvidia-smi -L
-for t in gpu_test_fwht gpu_test_kv_quant gpu_test_decode gpu_test_omni gpu_test_real gpu_test_eval; do
+if [ "$what" != bench ]; then
+for t in gpu_test_fwht gpu_test_kv_quant gpu_test_decode gpu_test_omni gpu_test_long_split gpu_test_real gpu_test_eval; do
   step "$t" 300 "$devbin/bin/$t"
 done
 for t in gpu_test_decode gpu_test_kv_quant gpu_test_omni; do
   step "memcheck_$t" 300 compute-sanitizer --tool memcheck --error-exitcode 1 "$devbin/bin/$t"
 done
+fi
+if [ "$what" != tests ]; then
 step oscar_bench 400 "$devbin/bin/oscar-bench" --reps 30 --json "$out/oscar_bench.json"
 if python3 -c "import torch" 2>/dev/null; then
+  step large_shape_check 300 python3 experiments/device/large_shape_check.py --lib "$devbin/lib/liboscar_kernels.so"
   step bench_vs_sdpa 500 python3 experiments/bench_vs_sdpa.py --lib "$devbin/lib/liboscar_kernels.so" --reps 30 --json "$out/sdpa.json"
 fi
+fi
+if [ "$what" != bench ]; then
 step eval_gpu 400 "$devbin/bin/oscar-eval" --quiet --gpu --model data/kjv-llama-hd128/kjv-llama-hd128.f16 \
   --tokenizer data/stories260K/tok512.bin --text data/text/kjv.txt.gz --offset -404 --calib-offset 0 \
   --recipes fp16,oscar-omni,oscar-cov --bits 2,4 --tokens 2048 --calib-tokens 2048 --out "$out/eval_gpu"
+fi
 echo "gpu_checks: $fails step(s) failed; logs in $out"
 [ "$fails" = 0 ]

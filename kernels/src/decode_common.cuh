@@ -124,6 +124,7 @@ struct WarpState {
   float acc[8][4];  // [m-tile][c0..c3]: (channel 16g+mt, q 2t), (.., q 2t+1), (16g+8+mt, q 2t), (.., 2t+1)
   float m[2], l[2];
   float ex[4][2];  // per-format sums rescaled with the state (oscar-cov: zero-point sum, P' sum; oscar-omni: zero-point sums per 32-channel group)
+  float off[2];    // oscar-omni: the mean-code offset taken out of acc chunk by chunk (full sums, this thread's value group)
 };
 
 __device__ __forceinline__ void state_init(WarpState& st) {
@@ -137,6 +138,7 @@ __device__ __forceinline__ void state_init(WarpState& st) {
     st.l[j] = 0.f;
 #pragma unroll
     for (int e = 0; e < 4; ++e) st.ex[e][j] = 0.f;
+    st.off[j] = 0.f;
   }
 }
 
@@ -158,6 +160,7 @@ __device__ __forceinline__ void softmax_step(WarpState& st, float (&s)[SUB][4]) 
     st.l[j] *= alpha;
 #pragma unroll
     for (int e = 0; e < 4; ++e) st.ex[e][j] *= alpha;
+    st.off[j] *= alpha;
 #pragma unroll
     for (int mt = 0; mt < 8; ++mt) { st.acc[mt][j] *= alpha; st.acc[mt][2 + j] *= alpha; }
 #pragma unroll

@@ -261,7 +261,9 @@ __device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* stg, int
     }
   }
   softmax_step<SUB>(st, s);
-  // P V.
+  // P V. The value A fragments are 128 + code * 2^(BITS*pos); pc sums this chunk's P' (an MMA with ones).
+  float pc[4] = {0.f, 0.f, 0.f, 0.f};
+  const uint32_t ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};  // bf16 1.0
 #pragma unroll
   for (int u = 0; u < SUB; ++u) {
     uint32_t vw[4][VW], vpar[2];
@@ -279,6 +281,7 @@ __device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* stg, int
     }
     uint32_t b[2];
     p_to_bfrag(ps, g, t, pp[0], pp[1], pp[2], pp[3], b);
+    mma_bf16(pc, ones, b);
     uint32_t lo[2][VW], hi[2][VW];
     pair_tokens<VW>(vw, lo, hi);
 #pragma unroll
@@ -288,6 +291,16 @@ __device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* stg, int
       for (int k = 0; k < 4; ++k) a[k] = codes_bf16x2<BITS>(v_pair_word<BITS, VW>(lo, hi, mt, k), v_pair_code<BITS>(mt, k));
       mma_bf16(st.acc[mt], a, b);
     }
+  }
+  // Keep the accumulators centred: take this chunk's magic and mean-code offset (128 + 1.5 * 2^(BITS*pos))
+  // * sum(P') out of them. An accumulator that grows by that offset over a long split loses the output to
+  // the tensor cores' fp32 accumulation (relative error ~0.5 at 32K tokens per split on zero-mean values);
+  // the offset comes back exactly from ex[1] in the block epilogue.
+#pragma unroll
+  for (int mt = 0; mt < 8; ++mt) {
+    const float off = 128.0f + 1.5f * static_cast<float>(1 << (BITS * MagicPos<BITS, 7>::pos(mt % (16 / BITS))));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st.acc[mt][i] = fmaf(-off, pc[i], st.acc[mt][i]);
   }
 }
 
@@ -413,12 +426,13 @@ __global__ void __launch_bounds__(kWarps * 32, BITS == 2 ? OSCAR_KV_MIN_BLOCKS_I
       st.ex[0][j] = sum_over_g(st.ex[0][j]);
       st.ex[1][j] = sum_over_g(st.ex[1][j]);
     }
-    // PV: remove the 128 * sum(P') magic bias, undo the 2^(BITS*pos) code shift, add sum(p * zero_v).
+    // PV: acc holds sum(P' (code - 1.5)) * 2^(BITS*pos) (int_chunk took the offsets out): undo the code
+    // shift, add back 1.5 * sum(P') and sum(p * zero_v).
     block_partial(
         st,
         [&](int mt, int j, float v) {
           const float f = 1.0f / static_cast<float>(1 << (BITS * MagicPos<BITS, 7>::pos(mt % (16 / BITS))));
-          return (v - 128.0f * st.ex[1][j]) * f + st.ex[0][j];
+          return v * f + (1.5f * st.ex[1][j] + st.ex[0][j]);
         },
         a, bh, split, cs, warp, g, t);
   }

@@ -309,7 +309,8 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, const uint8_t* stg, co
     }
   }
   softmax_step<2>(st, s);
-  // P V.
+  // P V. cs sums p * scale_v of this thread's value group over the chunk (an MMA with the scales as A).
+  float cs[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int u = 0; u < 2; ++u) {
     // zero points: sum over this thread's C-layout tokens (16u + g + 8r) of p * z, per group
@@ -338,6 +339,8 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, const uint8_t* stg, co
         np2[pr][ps_] = pack_bf16(-128.0f * __uint_as_float(sp2[pr][ps_] << 16), -128.0f * __uint_as_float(sp2[pr][ps_] & 0xffff0000u));
       }
     }
+    const uint32_t sa[4] = {sp2[0][0], sp2[0][0], sp2[1][0], sp2[1][0]};
+    mma_bf16(cs, sa, b);
     uint32_t vw[4][VW];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -359,6 +362,15 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, const uint8_t* stg, co
       mma_bf16(st.acc[mt], a, b);
     }
   }
+  // Keep the accumulators centred: move the chunk's mean-code offset 1.5 * sum(p * scale_v) from acc into
+  // st.off (an accumulator growing by it over a long split loses the output to the tensor cores' fp32
+  // accumulation; see kv_cache.cu's int_chunk).
+#pragma unroll
+  for (int mt = 0; mt < 8; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st.acc[mt][i] = fmaf(-1.5f, cs[i], st.acc[mt][i]);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) st.off[j] = fmaf(1.5f, cs[j], st.off[j]);
 }
 
 // Query fragments for the omni body: thread t holds channels 32t .. 32t + 31 of query slot g (pairs as in
@@ -473,7 +485,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3) omni_decode_kernel(OmniView c,
     zsel[j] = grp == 0 ? st.ex[0][j] : grp == 1 ? st.ex[1][j] : grp == 2 ? st.ex[2][j] : st.ex[3][j];
   }
   block_partial(
-      st, [&](int, int j, float v) { return v + zsel[j]; }, a, bh, split, cs, warp, g, t);
+      st, [&](int, int j, float v) { return v + (zsel[j] + st.off[j]); }, a, bh, split, cs, warp, g, t);
 }
 
 // ---------------------------------------------------------------------------------------------
