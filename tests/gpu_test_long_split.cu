@@ -11,8 +11,9 @@
 // (2026-11-23, L = 65529): BF16 kernel 1.9e-3; oscar-cov INT2 9.1e-3, INT4 1.06e-2; oscar-omni INT2
 // 1.26e-2, INT4 2.41e-2. Before the PV accumulators were kept centred chunk by chunk, oscar-cov measured
 // 0.243 (INT2) and 0.091 (INT4), oscar-omni 1.59e-2 / 2.51e-2. Bounds: BF16 5e-3, oscar-cov 2e-2 (fails
-// the uncentred accumulators), oscar-omni 4e-2 (a guard against gross errors only: omni's remaining error
-// does not depend on the split length and is not yet explained; BENCHMARKS.md 2026-11-23, fourth section).
+// the uncentred accumulators), oscar-omni 4e-2 (a guard against gross errors only: most of omni's remaining
+// error is its bf16 value path, scales rounded fp16 -> bf16 and code * scale in bf16, which an emulation in
+// experiments/diagnostics/omni_value_rounding.cpp reproduces; BENCHMARKS.md 2026-11-23, fourth section).
 #include <cuda_runtime.h>
 
 #include <algorithm>
