@@ -12,6 +12,7 @@
 #include "oscar/quant_rules.h"
 using namespace oscar;
 static float bf16r(float x) { return bf16_bits_to_float(float_to_bf16_bits(x)); }
+static float f16r(float x) { return half_bits_to_float(float_to_half_bits(x)); }
 int main(int argc, char** argv) {
   const int D = 128, bits = argc > 1 ? atoi(argv[1]) : 4, L = argc > 2 ? atoi(argv[2]) : 65529;
   std::mt19937 rng(4242);
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
     for (auto& x : q) x = bf16r(nd(rng));
     std::vector<double> s(L); double mx = -1e300;
     for (int t = 0; t < L; ++t) { double a = 0; for (int c = 0; c < D; ++c) a += q[c] * K[size_t(t) * D + c]; s[t] = a / std::sqrt(128.0); mx = std::max(mx, s[t]); }
-    std::vector<double> ref(D, 0), o1(D, 0), o2(D, 0), o3(D, 0);
+    std::vector<double> ref(D, 0), o1(D, 0), o2(D, 0), o3(D, 0), o4(D, 0);
     double l = 0;
     for (int t = 0; t < L; ++t) {
       const float* v = &V[size_t(t) * D];
@@ -34,7 +35,7 @@ int main(int argc, char** argv) {
       const double p = std::exp(s[t] - mx); const float pf = float(p);
       l += p;
       const float pp = bf16r(pf * gp.scale);                          // kernel: bf16(p * scale_v)
-      const float pb = bf16r(pf);
+      const float pb = bf16r(pf), ph = f16r(pf * gp.scale);
       for (int c = 0; c < D; ++c) {
         const int code = quantize_value(v[c], gp, bits, false, Rounding::HalfEven);
         const double vq = code * double(gp.scale) + gp.zero;
@@ -42,11 +43,12 @@ int main(int argc, char** argv) {
         o1[c] += double(pp) * code + double(pf) * gp.zero;                 // now: zero term with fp32 p
         o2[c] += double(pp) * code + (gp.scale != 0 ? double(pp) * (gp.zero / gp.scale) : pf * gp.zero);  // zero term with pp
         o3[c] += double(pb) * vq;                                          // bf16 p on exact values (floor)
+        o4[c] += double(ph) * code + (gp.scale != 0 ? double(ph) * (gp.zero / gp.scale) : pf * gp.zero);  // fp16 weights, same in the zero term
       }
     }
     auto rel = [&](const std::vector<double>& o) { double n = 0, d = 0; for (int c = 0; c < D; ++c) { n += (o[c] / l - ref[c] / l) * (o[c] / l - ref[c] / l); d += ref[c] / l * ref[c] / l; } return std::sqrt(n / d); };
-    worst[0] = std::max(worst[0], rel(o1)); worst[1] = std::max(worst[1], rel(o2)); worst[2] = std::max(worst[2], rel(o3));
+    worst[0] = std::max(worst[0], rel(o1)); worst[1] = std::max(worst[1], rel(o2)); worst[2] = std::max(worst[2], rel(o3)); worst[3] = std::max(worst[3], rel(o4));
   }
-  std::printf("cov int%d L=%d: kernel now (pp codes, fp32-p zeros) %.3e | zero term with the same pp %.3e | bf16 p on exact values %.3e\n",
-              bits, L, worst[0], worst[1], worst[2]);
+  std::printf("cov int%d L=%d: kernel now (pp codes, fp32-p zeros) %.3e | zero term with the same pp %.3e | bf16 p on exact values %.3e | fp16 weights, same in the zero term %.3e\n",
+              bits, L, worst[0], worst[1], worst[2], worst[3]);
 }

@@ -13,6 +13,7 @@
 #include "attention_reference.h"
 using namespace oscar;
 static float bf16r(float x) { return bf16_bits_to_float(float_to_bf16_bits(x)); }
+static float f16r(float x) { return half_bits_to_float(float_to_half_bits(x)); }
 int main(int argc, char** argv) {
   const int D = 128, H = 8, Hq = 32, G = 4, bits = argc > 1 ? atoi(argv[1]) : 4;
   const int L = argc > 2 ? atoi(argv[2]) : 65529;
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
   const auto tw = omni_twin::build(k, v, {L}, H, L, D, bits, cap);
   const int64_t nb = omnifmt::body_tokens(L);
   const double scale = 1.0 / std::sqrt(double(D));
-  double worst[6] = {0};
+  double worst[7] = {0};
   for (int h = 0; h < 2; ++h) {
     std::vector<double> K(size_t(L) * D), V(K.size());
     for (int t = 0; t < L; ++t) for (int ch = 0; ch < D; ++ch) {
@@ -38,11 +39,11 @@ int main(int argc, char** argv) {
       std::vector<double> s(L);
       double mx = -1e300;
       for (int t = 0; t < L; ++t) { double a = 0; for (int ch = 0; ch < D; ++ch) a += bf16_bits_to_float(qb[ch]) * K[size_t(t) * D + ch]; s[t] = a * scale; mx = std::max(mx, s[t]); }
-      std::vector<double> ref(D, 0), o1(D, 0), o2(D, 0), o3(D, 0), o4(D, 0), o5(D, 0);
+      std::vector<double> ref(D, 0), o1(D, 0), o2(D, 0), o3(D, 0), o4(D, 0), o5(D, 0), o6(D, 0);
       double l = 0, lb = 0;
       for (int t = 0; t < L; ++t) {
         const double p = std::exp(s[t] - mx);
-        const float pf = float(p), pb = bf16r(pf);
+        const float pf = float(p), pb = bf16r(pf), ph = f16r(pf);
         l += p; lb += pb;
         for (int ch = 0; ch < D; ++ch) {
           const double vv = V[size_t(t) * D + ch];
@@ -57,17 +58,18 @@ int main(int argc, char** argv) {
             o3[ch] += double(pb) * (code * double(sc)) + double(pf) * z;  // scale kept fp16, product exact
             o4[ch] += double(pf) * (bf16r(code * bf16r(sc))) + double(pf) * z;  // p exact, values rounded
             o5[ch] += double(pf) * (code * double(bf16r(sc))) + double(pf) * z;  // only the scale rounding
+            o6[ch] += double(ph) * f16r(code * sc) + double(ph) * z;  // proposed: fp16 values and weights, zeros with the same weights
           } else {
-            o2[ch] += double(pb) * vv; o3[ch] += double(pb) * vv; o4[ch] += pf * vv; o5[ch] += pf * vv;
+            o2[ch] += double(pb) * vv; o3[ch] += double(pb) * vv; o4[ch] += pf * vv; o5[ch] += pf * vv; o6[ch] += double(ph) * vv;
           }
         }
       }
-      for (int ch = 0; ch < D; ++ch) { ref[ch] /= l; o1[ch] /= l; o2[ch] /= l; o3[ch] /= l; o4[ch] /= l; o5[ch] /= l; }
+      for (int ch = 0; ch < D; ++ch) { ref[ch] /= l; o1[ch] /= l; o2[ch] /= l; o3[ch] /= l; o4[ch] /= l; o5[ch] /= l; o6[ch] /= l; }
       auto rel = [&](const std::vector<double>& o) { double n = 0, d = 0; for (int c = 0; c < D; ++c) { n += (o[c] - ref[c]) * (o[c] - ref[c]); d += ref[c] * ref[c]; } return std::sqrt(n / d); };
-      const double e[5] = {rel(o1), rel(o2), rel(o3), rel(o4), rel(o5)};
-      for (int i = 0; i < 5; ++i) worst[i] = std::max(worst[i], e[i]);
+      const double e[6] = {rel(o1), rel(o2), rel(o3), rel(o4), rel(o5), rel(o6)};
+      for (int i = 0; i < 6; ++i) worst[i] = std::max(worst[i], e[i]);
     }
   }
-  std::printf("int%d L=%d: p bf16 only %.3e | kernel value path %.3e | bf16 p + exact values %.3e | exact p + bf16 values %.3e | only scale->bf16 %.3e\n",
-              bits, L, worst[0], worst[1], worst[2], worst[3], worst[4]);
+  std::printf("int%d L=%d: p bf16 only %.3e | kernel value path %.3e | bf16 p + exact values %.3e | exact p + bf16 values %.3e | only scale->bf16 %.3e | proposed fp16 path %.3e\n",
+              bits, L, worst[0], worst[1], worst[2], worst[3], worst[4], worst[5]);
 }
