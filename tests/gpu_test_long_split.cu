@@ -68,6 +68,10 @@ void check(const char* what, double bound, const float* dout, const std::vector<
 
 int main(int argc, char** argv) {
   if (argc == 3) { B = std::atoi(argv[1]); L = std::atoi(argv[2]); }
+  if ((argc != 1 && argc != 3) || B < 1 || L < 1) {
+    std::fprintf(stderr, "usage: %s [BATCH CONTEXT]  (positive integers; default 32 65529)\n", argv[0]);
+    return 2;
+  }
   if (oscar_device_count() == 0) {
     std::printf("SKIPPED: no CUDA device visible; run the GPU tests on a GPU machine (ctest -L gpu)\n");
     return 77;

@@ -87,7 +87,11 @@ def main():
     hq, hkv = args.q_heads, args.kv_heads
     bad = 0
     for shape in args.shapes:
-        B, L = (int(x) for x in shape.split("x"))
+        try:
+            B, L = (int(x) for x in shape.split("x"))
+            assert B > 0 and L > 0
+        except (ValueError, AssertionError):
+            sys.exit(f"large_shape_check: --shapes takes BATCHxCONTEXT with positive integers (e.g. 8x131072), got {shape!r}")
         torch.manual_seed(0)
         k = torch.randn(B, hkv, L, D, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(B, hkv, L, D, device="cuda", dtype=torch.bfloat16)

@@ -294,8 +294,8 @@ __device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* stg, int
   }
   // Keep the accumulators centred: take this chunk's magic and mean-code offset (128 + 1.5 * 2^(BITS*pos))
   // * sum(P') out of them. An accumulator that grows by that offset over a long split loses the output to
-  // the tensor cores' fp32 accumulation (relative error ~0.5 at 32K tokens per split on zero-mean values);
-  // the offset comes back exactly from ex[1] in the block epilogue.
+  // the tensor cores' fp32 accumulation (relative error 0.5-0.7 at 32K tokens per split on zero-mean values,
+  // BENCHMARKS.md); the epilogue adds 1.5 * sum(P') back from ex[1], the fp32 sum of the same P'.
 #pragma unroll
   for (int mt = 0; mt < 8; ++mt) {
     const float off = 128.0f + 1.5f * static_cast<float>(1 << (BITS * MagicPos<BITS, 7>::pos(mt % (16 / BITS))));
