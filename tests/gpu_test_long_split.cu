@@ -8,12 +8,13 @@
 // Tolerance: max over query heads of ||out - ref|| / ||ref||, per kernel. Spread weights make |out| ~
 // |v| / sqrt(n_eff) (about 1/150 of the values here), so this relative error is ~150x harsher than on
 // peaky attention: an arithmetic error of 1e-4 of the values reads as 1.5e-2. Measured on the H100
-// (2026-11-23, L = 65529): BF16 kernel 1.9e-3; oscar-cov INT2 9.1e-3, INT4 1.06e-2; oscar-omni INT2
-// 1.26e-2, INT4 2.41e-2. Before the PV accumulators were kept centred chunk by chunk, oscar-cov measured
-// 0.243 (INT2) and 0.091 (INT4), oscar-omni 1.59e-2 / 2.51e-2. Bounds: BF16 5e-3, oscar-cov 2e-2 (fails
-// the uncentred accumulators), oscar-omni 4e-2 (a guard against gross errors only: most of omni's remaining
-// error is its bf16 value path, scales rounded fp16 -> bf16 and code * scale in bf16, which an emulation in
-// experiments/diagnostics/omni_value_rounding.cpp reproduces; BENCHMARKS.md 2026-11-23, fourth section).
+// (2026-11-23, L = 65529; BENCHMARKS.md, fifth section): BF16 kernel 1.9e-3 (its bf16 P, the floor of a
+// bf16 P V); oscar-cov INT2 2.4e-3, INT4 2.2e-3; oscar-omni INT2 7.3e-4, INT4 8.9e-4 (fp16 value path).
+// History: with accumulators that carried the codes' offset over a whole split, oscar-cov read 0.243 /
+// 0.091 and oscar-omni 1.59e-2 / 2.51e-2; centred per chunk but on 1.5 for INT4 too, with weights rounded
+// for the codes only (oscar-cov) and a bf16 value path (oscar-omni): 9.1e-3 / 1.06e-2 and 1.26e-2 /
+// 2.41e-2. Bound 5e-3 for every kernel: above the bf16-weight floor (1.8e-3 emulated in
+// experiments/diagnostics/cov_value_rounding.cpp) with margin, below every earlier fault.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -135,7 +136,7 @@ int main(int argc, char** argv) {
     const int64_t nb = oscar::kvfmt::body_tokens(L, S, W);
     char what[32];
     std::snprintf(what, sizeof what, "oscar-cov int%d", bits);
-    check(what, 2e-2, dout, q, scale, [&](int b, int h, std::vector<double>& K, std::vector<double>& V) {
+    check(what, 5e-3, dout, q, scale, [&](int b, int h, std::vector<double>& K, std::vector<double>& V) {
       const size_t bhi = size_t(b) * H + h;
       const auto ks = host_copy<uint16_t>(c.k_sink, bhi * S * D, size_t(S) * D), vs = host_copy<uint16_t>(c.v_sink, bhi * S * D, size_t(S) * D);
       const auto kr = host_copy<uint16_t>(c.k_recent, bhi * W * D, size_t(W) * D), vr = host_copy<uint16_t>(c.v_recent, bhi * W * D, size_t(W) * D);
@@ -179,7 +180,7 @@ int main(int argc, char** argv) {
     const auto tw = omni_twin::build(k, v, {L}, H, L, D, bits, cap);
     char what[32];
     std::snprintf(what, sizeof what, "oscar-omni int%d", bits);
-    check(what, 4e-2, dout, q, scale, [&](int, int h, std::vector<double>& K, std::vector<double>& V) {
+    check(what, 5e-3, dout, q, scale, [&](int, int h, std::vector<double>& K, std::vector<double>& V) {
       for (int t = 0; t < L; ++t)
         for (int ch = 0; ch < D; ++ch) {
           K[size_t(t) * D + ch] = omni_twin::key(tw, 0, h, t, L, ch);

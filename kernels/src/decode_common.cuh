@@ -99,6 +99,9 @@ struct MagicPos {
   static constexpr int shift(int i) { return (i / NP) * NP * BITS; }
   static constexpr int pos(int i) { return i % NP; }
 };
+// The middle of the code range, (2^BITS - 1) / 2: the value-path accumulators are kept centred on it.
+template <int BITS>
+__host__ __device__ constexpr float mid_code() { return 0.5f * static_cast<float>((1 << BITS) - 1); }
 template <int BITS>
 __device__ __forceinline__ uint32_t codes_f16x2(uint32_t w, int i) {  // value 1024 + code * 2^(BITS*pos)
   using M = MagicPos<BITS, 10>;
@@ -124,7 +127,7 @@ struct WarpState {
   float acc[8][4];  // [m-tile][c0..c3]: (channel 16g+mt, q 2t), (.., q 2t+1), (16g+8+mt, q 2t), (.., 2t+1)
   float m[2], l[2];
   float ex[4][2];  // per-format sums rescaled with the state (oscar-cov: zero-point sum, P' sum; oscar-omni: zero-point sums per 32-channel group)
-  float off[2];    // oscar-omni: the mean-code offset taken out of acc chunk by chunk (full sums, this thread's value group)
+  float off[2];    // oscar-omni: the mid-code offset taken out of acc chunk by chunk (full sums, this thread's value group)
 };
 
 __device__ __forceinline__ void state_init(WarpState& st) {
@@ -172,13 +175,19 @@ __device__ __forceinline__ void softmax_step(WarpState& st, float (&s)[SUB][4]) 
   }
 }
 
-// P' (C layout, tokens g / g+8, queries 2t, 2t+1) -> B fragment (tokens 2t.. / 2t+8.., query g).
+__device__ __forceinline__ uint32_t pack_f16(float a, float b) {
+  __half2 r = __floats2half2_rn(a, b);
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+// P' (C layout, tokens g / g+8, queries 2t, 2t+1) -> B fragment (tokens 2t.. / 2t+8.., query g), as bf16
+// pairs (F16 = false) or fp16 pairs (F16 = true).
+template <bool F16 = false>
 __device__ __forceinline__ void p_to_bfrag(uint16_t* ps, int g, int t, float p00, float p01, float p10, float p11,
                                            uint32_t (&b)[2]) {
   __syncwarp();
   uint32_t* row = reinterpret_cast<uint32_t*>(ps);
-  row[g * 4 + t] = pack_bf16(p00, p01);        // ps[g][2t], ps[g][2t+1]
-  row[(g + 8) * 4 + t] = pack_bf16(p10, p11);  // ps[g+8][2t..]
+  row[g * 4 + t] = F16 ? pack_f16(p00, p01) : pack_bf16(p00, p01);        // ps[g][2t], ps[g][2t+1]
+  row[(g + 8) * 4 + t] = F16 ? pack_f16(p10, p11) : pack_bf16(p10, p11);  // ps[g+8][2t..]
   __syncwarp();
   b[0] = static_cast<uint32_t>(ps[(2 * t) * 8 + g]) | (static_cast<uint32_t>(ps[(2 * t + 1) * 8 + g]) << 16);
   b[1] = static_cast<uint32_t>(ps[(2 * t + 8) * 8 + g]) | (static_cast<uint32_t>(ps[(2 * t + 9) * 8 + g]) << 16);

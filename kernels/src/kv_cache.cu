@@ -191,6 +191,7 @@ __device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* stg, int
   constexpr int KW = BITS;            // words per thread per token for QK (CB / 4 / 4)
   constexpr int VW = BITS / 2;        // words per thread per token for PV (CB / 8 / 4)
   constexpr int PW = 16 / BITS;       // code pairs per word
+  constexpr float kMid = mid_code<BITS>();
   const uint8_t* kc = stg;
   const uint8_t* vc = stg + S::CH * CB;
   const uint32_t* kp = reinterpret_cast<const uint32_t*>(stg + 2 * S::CH * CB);
@@ -271,12 +272,14 @@ __device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* stg, int
     float pp[4];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      // ex[1] sums p * scale_v in fp32, not the rounded P': the epilogue adds kMid * ex[1] + ex[0], so the
+      // codes see P' only through (code - kMid) and the weights' rounding stays off the mean code.
       const float vsc = half_lo(vpar[r]), vz = half_hi(vpar[r]);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         st.ex[0][j] += s[u][2 * r + j] * vz;
         pp[2 * r + j] = __bfloat162float(__float2bfloat16_rn(s[u][2 * r + j] * vsc));
-        st.ex[1][j] += pp[2 * r + j];
+        st.ex[1][j] += s[u][2 * r + j] * vsc;
       }
     }
     uint32_t b[2];
@@ -292,13 +295,13 @@ __device__ __forceinline__ void int_chunk(WarpState& st, const uint8_t* stg, int
       mma_bf16(st.acc[mt], a, b);
     }
   }
-  // Keep the accumulators centred: take this chunk's magic and mean-code offset (128 + 1.5 * 2^(BITS*pos))
+  // Keep the accumulators centred: take this chunk's magic and mid-code offset (128 + kMid * 2^(BITS*pos))
   // * sum(P') out of them. An accumulator that grows by that offset over a long split loses the output to
   // the tensor cores' fp32 accumulation (relative error 0.5-0.7 at 32K tokens per split on zero-mean values,
-  // BENCHMARKS.md); the epilogue adds 1.5 * sum(P') back from ex[1], the fp32 sum of the same P'.
+  // BENCHMARKS.md); the epilogue adds kMid * sum(p * scale_v) back from ex[1] (exact weights, see above).
 #pragma unroll
   for (int mt = 0; mt < 8; ++mt) {
-    const float off = 128.0f + 1.5f * static_cast<float>(1 << (BITS * MagicPos<BITS, 7>::pos(mt % (16 / BITS))));
+    const float off = 128.0f + kMid * static_cast<float>(1 << (BITS * MagicPos<BITS, 7>::pos(mt % (16 / BITS))));
 #pragma unroll
     for (int i = 0; i < 4; ++i) st.acc[mt][i] = fmaf(-off, pc[i], st.acc[mt][i]);
   }
@@ -426,13 +429,13 @@ __global__ void __launch_bounds__(kWarps * 32, BITS == 2 ? OSCAR_KV_MIN_BLOCKS_I
       st.ex[0][j] = sum_over_g(st.ex[0][j]);
       st.ex[1][j] = sum_over_g(st.ex[1][j]);
     }
-    // PV: acc holds sum(P' (code - 1.5)) * 2^(BITS*pos) (int_chunk took the offsets out): undo the code
-    // shift, add back 1.5 * sum(P') and sum(p * zero_v).
+    // PV: acc holds sum(P' (code - mid)) * 2^(BITS*pos) (int_chunk took the offsets out): undo the code
+    // shift, add back mid * sum(p * scale_v) and sum(p * zero_v).
     block_partial(
         st,
         [&](int mt, int j, float v) {
           const float f = 1.0f / static_cast<float>(1 << (BITS * MagicPos<BITS, 7>::pos(mt % (16 / BITS))));
-          return v * f + (1.5f * st.ex[1][j] + st.ex[0][j]);
+          return v * f + (mid_code<BITS>() * st.ex[1][j] + st.ex[0][j]);
         },
         a, bh, split, cs, warp, g, t);
   }

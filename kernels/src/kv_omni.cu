@@ -10,8 +10,9 @@
 //    magic bias sum_c B_c (A = ones) and the zero-point term sum_c q^_c z_bc (A = zero points), so
 //    score_t = n_t 2^e (D_t - 1024 sum B + sum q^ z) needs no per-token shuffles.
 //  * Values: v^_tc = s_tg code_tc + z_tg with g = c / 32. A thread's PV fragments cover 16 channels of one
-//    group, so its A fragment (two tokens of one channel) is dequantized in place with one bf16 FMA by the
-//    two tokens' scales; the zero points enter as sum_t p_t z_tg per group, added after the combine.
+//    group, so its A fragment (two tokens of one channel) is dequantized in place with one fp16 FMA by the
+//    two tokens' fp16 scales (exact operands, one rounding); the weights are fp16 and the zero points
+//    enter as sum_t p_t z_tg per group with the same rounded weights, added after the combine.
 //  * Residual tokens (BF16) are served by window blocks with the shared BF16 tile.
 #include "decode_common.cuh"
 #include "oscar/omni_format.h"
@@ -231,11 +232,22 @@ __device__ __forceinline__ uint32_t hmul2_f16(uint32_t a, uint32_t b) {
   __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
   return *reinterpret_cast<uint32_t*>(&r);
 }
-__device__ __forceinline__ uint32_t hfma2_bf16(uint32_t a, uint32_t b, uint32_t c) {
-  __nv_bfloat162 r = __hfma2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b),
-                             *reinterpret_cast<const __nv_bfloat162*>(&c));
+__device__ __forceinline__ uint32_t hfma2_f16(uint32_t a, uint32_t b, uint32_t c) {
+  __half2 r = __hfma2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b), *reinterpret_cast<const __half2*>(&c));
   return *reinterpret_cast<uint32_t*>(&r);
 }
+// 2^(BITS pos) of the value codes of m-tile mt (fp16 magic positions; both A rows of a tile share it).
+template <int BITS>
+__host__ __device__ constexpr float omni_vpos_factor(int mt) {
+  return static_cast<float>(1 << (BITS * MagicPos<BITS, 10>::pos(v_pair_code<BITS>(mt, 0))));
+}
+template <int BITS>
+constexpr bool omni_rows_share_pos() {
+  for (int mt = 0; mt < 8; ++mt)
+    if (MagicPos<BITS, 10>::pos(v_pair_code<BITS>(mt, 0)) != MagicPos<BITS, 10>::pos(v_pair_code<BITS>(mt, 1))) return false;
+  return true;
+}
+static_assert(omni_rows_share_pos<2>() && omni_rows_share_pos<4>(), "the two A rows of a value m-tile share the magic position");
 __device__ __forceinline__ uint32_t half2_const(float x) {
   const uint32_t h = float_to_half_bits(x);
   return h | (h << 16);
@@ -247,7 +259,6 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, const uint8_t* stg, co
                                            uint16_t* ps, int g, int t) {
   using S = OmniStage<BITS>;
   using M10 = MagicPos<BITS, 10>;
-  using M7 = MagicPos<BITS, 7>;
   constexpr int CB = S::CB, KW = BITS, VW = BITS / 2, PW = 16 / BITS, CW = 32 / BITS;
   const uint8_t* kc = stg;
   const uint8_t* vc = stg + S::CH * CB;
@@ -309,10 +320,44 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, const uint8_t* stg, co
     }
   }
   softmax_step<2>(st, s);
-  // P V. cs sums p * scale_v of this thread's value group over the chunk (an MMA with the scales as A).
+  // P V in fp16. The weights are rounded to fp16 once and the same rounded weights enter the MMA and the
+  // zero-point sums. A fragments: fp16(code 2^(BITS pos) s') by one HFMA2 on the magic codes (1024 + code
+  // 2^(BITS pos)) with the two tokens' value scales s' and the exact constant -1024 s' (the fp16 scale is
+  // used as stored; the 2^(BITS pos) factor is removed per output channel in the epilogue). -1024 s' must
+  // stay finite: s' = s 2^-k with k = 0 unless a scale of the chunk reaches 64 (rare; then B carries 2^k,
+  // exactly). cs sums p s of this thread's value group over the chunk (an MMA with the scales as A).
+  uint32_t sv[2][2];  // [u][pr]: fp16 scales of tokens (16u + 2t + 8pr, +1) in group g / 2
+  bool big = false;
+#pragma unroll
+  for (int u = 0; u < 2; ++u)
+#pragma unroll
+    for (int pr = 0; pr < 2; ++pr) {
+      const int i0 = 16 * u + 2 * t + 8 * pr;
+      sv[u][pr] = prmt(vpw[i0 * 4 + (g >> 1)], vpw[(i0 + 1) * 4 + (g >> 1)], 0x5410);
+      big |= __vcmpgeu2(sv[u][pr] & 0x7FFF7FFFu, 0x54005400u) != 0u;  // |s| >= 64
+    }
+  uint32_t bscale = 0u;  // fp16x2 2^k for the B fragments when k > 0
+  if (__any_sync(0xffffffffu, big)) {
+    float mx = 0.f;
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int pr = 0; pr < 2; ++pr) mx = fmaxf(mx, fmaxf(fabsf(half_lo(sv[u][pr])), fabsf(half_hi(sv[u][pr]))));
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const int k = max(1, ilogbf(mx) - 5);  // mx 2^-k < 64
+    const uint32_t down = half2_const(ldexpf(1.0f, -k));
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int pr = 0; pr < 2; ++pr) sv[u][pr] = hmul2_f16(sv[u][pr], down);
+    bscale = half2_const(ldexpf(1.0f, k));
+  }
   float cs[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int u = 0; u < 2; ++u) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s[u][i] = __half2float(__float2half_rn(s[u][i]));
     // zero points: sum over this thread's C-layout tokens (16u + g + 8r) of p * z, per group
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -324,23 +369,12 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, const uint8_t* stg, co
         for (int j = 0; j < 2; ++j) st.ex[gr][j] += s[u][2 * r + j] * z[gr];
     }
     uint32_t b[2];
-    p_to_bfrag(ps, g, t, s[u][0], s[u][1], s[u][2], s[u][3], b);
-    // dequantization factors of the thread's token pairs (2t, 2t+1), (2t+8, 2t+9) in its group g / 2
-    uint32_t sp2[2][M7::NP], np2[2][M7::NP];
-#pragma unroll
-    for (int pr = 0; pr < 2; ++pr) {
-      const int i0 = 16 * u + 2 * t + 8 * pr;
-      const float s0 = half_lo(vpw[i0 * 4 + (g >> 1)]), s1 = half_lo(vpw[(i0 + 1) * 4 + (g >> 1)]);
-#pragma unroll
-      for (int ps_ = 0; ps_ < M7::NP; ++ps_) {
-        const float f = 1.0f / static_cast<float>(1 << (BITS * ps_));
-        sp2[pr][ps_] = pack_bf16(s0 * f, s1 * f);
-        // -128 x the bf16-rounded factors (exact), so the FMA's magic 128 cancels exactly
-        np2[pr][ps_] = pack_bf16(-128.0f * __uint_as_float(sp2[pr][ps_] << 16), -128.0f * __uint_as_float(sp2[pr][ps_] & 0xffff0000u));
-      }
-    }
-    const uint32_t sa[4] = {sp2[0][0], sp2[0][0], sp2[1][0], sp2[1][0]};
-    mma_bf16(cs, sa, b);
+    p_to_bfrag<true>(ps, g, t, s[u][0], s[u][1], s[u][2], s[u][3], b);
+    if (bscale) { b[0] = hmul2_f16(b[0], bscale); b[1] = hmul2_f16(b[1], bscale); }
+    const uint32_t neg1024 = half2_const(-1024.0f);
+    const uint32_t nz[2] = {hmul2_f16(sv[u][0], neg1024), hmul2_f16(sv[u][1], neg1024)};
+    const uint32_t sa[4] = {sv[u][0], sv[u][0], sv[u][1], sv[u][1]};
+    mma_f16(cs, sa, b);
     uint32_t vw[4][VW];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -355,22 +389,20 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, const uint8_t* stg, co
     for (int mt = 0; mt < 8; ++mt) {
       uint32_t a[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int i = v_pair_code<BITS>(mt, k), pos = M7::pos(i);
-        a[k] = hfma2_bf16(codes_bf16x2<BITS>(v_pair_word<BITS, VW>(lo, hi, mt, k), i), sp2[k >> 1][pos], np2[k >> 1][pos]);
-      }
-      mma_bf16(st.acc[mt], a, b);
+      for (int k = 0; k < 4; ++k)
+        a[k] = hfma2_f16(codes_f16x2<BITS>(v_pair_word<BITS, VW>(lo, hi, mt, k), v_pair_code<BITS>(mt, k)), sv[u][k >> 1], nz[k >> 1]);
+      mma_f16(st.acc[mt], a, b);
     }
   }
-  // Keep the accumulators centred: move the chunk's mean-code offset 1.5 * sum(p * scale_v) from acc into
-  // st.off (an accumulator growing by it over a long split loses the output to the tensor cores' fp32
-  // accumulation; see kv_cache.cu's int_chunk).
+  // Keep the accumulators centred: move the chunk's mid-code offset mid * sum(p * s) (times the channel's
+  // 2^(BITS pos)) from acc into st.off (an accumulator growing by it over a long split loses the output
+  // to the tensor cores' fp32 accumulation; see kv_cache.cu's int_chunk).
 #pragma unroll
   for (int mt = 0; mt < 8; ++mt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) st.acc[mt][i] = fmaf(-1.5f, cs[i], st.acc[mt][i]);
+    for (int i = 0; i < 4; ++i) st.acc[mt][i] = fmaf(-mid_code<BITS>() * omni_vpos_factor<BITS>(mt), cs[i], st.acc[mt][i]);
 #pragma unroll
-  for (int j = 0; j < 2; ++j) st.off[j] = fmaf(1.5f, cs[j], st.off[j]);
+  for (int j = 0; j < 2; ++j) st.off[j] = fmaf(mid_code<BITS>(), cs[j], st.off[j]);
 }
 
 // Query fragments for the omni body: thread t holds channels 32t .. 32t + 31 of query slot g (pairs as in
@@ -485,7 +517,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3) omni_decode_kernel(OmniView c,
     zsel[j] = grp == 0 ? st.ex[0][j] : grp == 1 ? st.ex[1][j] : grp == 2 ? st.ex[2][j] : st.ex[3][j];
   }
   block_partial(
-      st, [&](int, int j, float v) { return v + (zsel[j] + st.off[j]); }, a, bh, split, cs, warp, g, t);
+      st, [&](int mt, int j, float v) { return fmaf(v, 1.0f / omni_vpos_factor<BITS>(mt), zsel[j] + st.off[j]); }, a, bh, split, cs, warp, g, t);
 }
 
 // ---------------------------------------------------------------------------------------------
