@@ -5,9 +5,9 @@
 //
 // Decode tolerance: max over (sequence, query head) of ||out - ref|| / ||ref|| <= 1e-2, as for oscar-cov
 // (gpu_test_decode.cu: bf16 softmax weights, fp32 accumulation), plus this format's own roundings: the
-// block query fragment q^ * scale_k in fp16 (two roundings of 2^-11 each per channel), the value
-// scales and the dequantized values code * scale_v in bf16 (2^-9 relative each, i.e. the same order as
-// the bf16 weights already covered). A wrong block, norm, group or split moves the output far more.
+// block query fragment q^ * scale_k in fp16 (two roundings of 2^-11 each per channel) and the dequantized
+// values code * scale_v and weights in fp16 (2^-11 relative each). A wrong block, norm, group, split or
+// large-scale rescaling moves the output far more.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -112,6 +112,10 @@ int main() {
     std::vector<uint16_t> k(size_t(B) * H * T * D), v(k.size()), q(size_t(B) * Hq * D);
     std::vector<float> vmean(D), tokscale(size_t(B) * T);
     for (auto& x : vmean) x = nd(rng);
+    // Values 300x larger (value scales of 100s, past the decode kernel's fp16 limit of 64 for -1024 s,
+    // so it takes its rescaled path) in all of sequence 5 and in tokens 1000..1099 of sequence 6 (some
+    // chunks rescaled, others not, within one split).
+    auto vbig = [](int b, int t) { return (b == 5 || (b == 6 && t >= 1000 && t < 1100)) ? 300.f : 1.f; };
     // Token Norm Imbalance: some tokens with 20x smaller, some with 8x larger keys (all heads alike).
     for (size_t i = 0; i < tokscale.size(); ++i) tokscale[i] = (i % 53 == 0) ? 0.05f : (i % 71 == 0) ? 8.f : 1.f;
     for (int b = 0; b < B; ++b)
@@ -120,7 +124,7 @@ int main() {
           for (int c = 0; c < D; ++c) {
             const size_t i = ((size_t(b) * H + h) * T + t) * D + c;
             k[i] = oscar::float_to_bf16_bits((nd(rng) + 0.2f) * tokscale[size_t(b) * T + t]);
-            v[i] = oscar::float_to_bf16_bits(vmean[c] + nd(rng));
+            v[i] = oscar::float_to_bf16_bits((vmean[c] + nd(rng)) * vbig(b, t));
           }
     // a token whose keys are zero in every head (norm 0: stored unscaled)
     for (int h = 0; h < H; ++h)
