@@ -162,6 +162,7 @@ int main() {
         std::vector<float> out(size_t(B) * Hq * D);
         CK(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost));
         double worst = 0;
+        int wb = -1, wq = -1;
         std::vector<double> ref(D);
         for (int b = 0; b < B; ++b)
           for (int h = 0; h < H; ++h) {
@@ -175,11 +176,12 @@ int main() {
               const int hq = h * (Hq / H) + g;
               attn_ref::attention_bf16q(&q[(size_t(b) * Hq + hq) * D], K, V, L[b], D, scale, ref.data());
               const double e = attn_ref::rel_err(&out[(size_t(b) * Hq + hq) * D], ref.data(), D);
-              worst = std::max(worst, e);
+              if (e > worst) { worst = e; wb = b; wq = hq; }
               EXPECT(e <= 1e-2, "%s int%d Hq=%d Hkv=%d b=%d (L=%d) hq=%d rel err %.3e", what, bits, Hq, H, b, L[b], hq, e);
             }
           }
-        std::printf("omni %s int%d Hq=%d Hkv=%d: max rel err %.3e vs the dequantized cache\n", what, bits, Hq, H, worst);
+        std::printf("omni %s int%d Hq=%d Hkv=%d: max rel err %.3e vs the dequantized cache (b=%d, L=%d, hq=%d)\n", what, bits, Hq, H, worst,
+                    wb, wb >= 0 ? L[wb] : 0, wq);
         cudaFree(dws);
       };
       check_decode(lens, tw, "prefill");

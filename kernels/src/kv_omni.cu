@@ -236,6 +236,10 @@ __device__ __forceinline__ uint32_t hfma2_f16(uint32_t a, uint32_t b, uint32_t c
   __half2 r = __hfma2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b), *reinterpret_cast<const __half2*>(&c));
   return *reinterpret_cast<uint32_t*>(&r);
 }
+// The P V weights are taken as p 2^K, K = 15 to start with (p <= 1: finite in fp16), so that weights
+// down to 2^-29 keep fp16's full precision (p itself would go subnormal below 2^-14); acc, ex and off
+// carry the factor and the epilogue divides it out.
+constexpr float kOmniPScaleMax = 32768.0f;
 // 2^(BITS pos) of the value codes of m-tile mt (fp16 magic positions; both A rows of a tile share it).
 template <int BITS>
 __host__ __device__ constexpr float omni_vpos_factor(int mt) {
@@ -253,9 +257,10 @@ __device__ __forceinline__ uint32_t half2_const(float x) {
   return h | (h << 16);
 }
 
-// One 32-token chunk: qh = thread t's query fragments (q^ 2^(8 - BITS pos)), fsc[j] = 2^(e_j - 8) sl2.
+// One 32-token chunk: qh = thread t's query fragments (q^ 2^(8 - BITS pos)), fsc[j] = 2^(e_j - 8) sl2,
+// pw = the warp's current weight factor 2^K (see kOmniPScaleMax; lowered here when a chunk needs it).
 template <int BITS>
-__device__ __forceinline__ void omni_chunk(WarpState& st, const uint8_t* stg, const uint32_t (&qh)[8][2], const float (&fsc)[2],
+__device__ __forceinline__ void omni_chunk(WarpState& st, float& pw, const uint8_t* stg, const uint32_t (&qh)[8][2], const float (&fsc)[2],
                                            uint16_t* ps, int g, int t) {
   using S = OmniStage<BITS>;
   using M10 = MagicPos<BITS, 10>;
@@ -325,7 +330,8 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, const uint8_t* stg, co
   // 2^(BITS pos)) with the two tokens' value scales s' and the exact constant -1024 s' (the fp16 scale is
   // used as stored; the 2^(BITS pos) factor is removed per output channel in the epilogue). -1024 s' must
   // stay finite: s' = s 2^-k with k = 0 unless a scale of the chunk reaches 64 (rare; then B carries 2^k,
-  // exactly). cs sums p s of this thread's value group over the chunk (an MMA with the scales as A).
+  // exactly, and the weight factor 2^K drops to at most 2^(15 - k), the warp's state rescaled with it).
+  // cs sums p s of this thread's value group over the chunk (an MMA with the scales as A).
   uint32_t sv[2][2];  // [u][pr]: fp16 scales of tokens (16u + 2t + 8pr, +1) in group g / 2
   bool big = false;
 #pragma unroll
@@ -352,12 +358,27 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, const uint8_t* stg, co
 #pragma unroll
       for (int pr = 0; pr < 2; ++pr) sv[u][pr] = hmul2_f16(sv[u][pr], down);
     bscale = half2_const(ldexpf(1.0f, k));
+    const float lim = ldexpf(1.0f, 15 - k);  // p 2^K 2^k <= 2^15
+    if (pw > lim) {
+      const float r = lim / pw;  // a power of two: exact
+      pw = lim;
+#pragma unroll
+      for (int mt = 0; mt < 8; ++mt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) st.acc[mt][i] *= r;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        st.off[j] *= r;
+#pragma unroll
+        for (int gr = 0; gr < 4; ++gr) st.ex[gr][j] *= r;
+      }
+    }
   }
   float cs[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int u = 0; u < 2; ++u) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) s[u][i] = __half2float(__float2half_rn(s[u][i]));
+    for (int i = 0; i < 4; ++i) s[u][i] = __half2float(__float2half_rn(s[u][i] * pw));
     // zero points: sum over this thread's C-layout tokens (16u + g + 8r) of p * z, per group
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -470,6 +491,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3) omni_decode_kernel(OmniView c,
   uint32_t qh[8][2];
   int e;
   load_q_omni<BITS>(qrow, qlive, t, qh, e);
+  float pw = kOmniPScaleMax;
   const float fsc[2] = {ldexpf(a.sl2, __shfl_sync(0xffffffffu, e, (2 * t) * 4) - 8),
                         ldexpf(a.sl2, __shfl_sync(0xffffffffu, e, (2 * t + 1) * 4) - 8)};
   using S = OmniStage<BITS>;
@@ -497,7 +519,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3) omni_decode_kernel(OmniView c,
     nxt += step;
     cp_async_wait<kStages - 1>();
     __syncwarp();
-    omni_chunk<BITS>(st, wst + stage * S::BYTES, qh, fsc, ps, g, t);
+    omni_chunk<BITS>(st, pw, wst + stage * S::BYTES, qh, fsc, ps, g, t);
     __syncwarp();
     stage = stage + 1 == kStages ? 0 : stage + 1;
   }
@@ -509,6 +531,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3) omni_decode_kernel(OmniView c,
 #pragma unroll
     for (int gr = 0; gr < 4; ++gr) st.ex[gr][j] = sum_over_g(st.ex[gr][j]);
   }
+  const float ipw = 1.0f / pw;  // exact (a power of two)
   // this thread's output channels 16g .. 16g + 15 lie in value group g / 2 (selected without dynamic indexing)
   float zsel[2];
 #pragma unroll
@@ -517,7 +540,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3) omni_decode_kernel(OmniView c,
     zsel[j] = grp == 0 ? st.ex[0][j] : grp == 1 ? st.ex[1][j] : grp == 2 ? st.ex[2][j] : st.ex[3][j];
   }
   block_partial(
-      st, [&](int mt, int j, float v) { return fmaf(v, 1.0f / omni_vpos_factor<BITS>(mt), zsel[j] + st.off[j]); }, a, bh, split, cs, warp, g, t);
+      st, [&](int mt, int j, float v) { return fmaf(v, 1.0f / omni_vpos_factor<BITS>(mt), zsel[j] + st.off[j]) * ipw; },
+      a, bh, split, cs, warp, g, t);
 }
 
 // ---------------------------------------------------------------------------------------------
