@@ -6,7 +6,7 @@
 #include <exception>
 #include <fmt/format.h>
 
-#include "oscar/error.h"
+#include "oscar/01_core/error.h"
 
 namespace oscar {
 

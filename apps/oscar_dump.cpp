@@ -1,6 +1,6 @@
 // oscar-dump: runs a llama2.c checkpoint over a passage of a text and writes its Q/K/V (dump format v1).
 #include "app_main.h"
-#include "oscar/dump_passage.h"
+#include "oscar/03_dump/dump_passage.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-dump: dump a passage's queries, keys and values (before and after RoPE) to HDF5"};

@@ -1,8 +1,8 @@
 // oscar-eval: the model decodes with each recipe's quantized cache (on the CPU, or with --gpu through the
 // CUDA kernels); loss, KL and top-1 agreement vs full precision, a recall test and greedy generation.
 #include "app_main.h"
-#include "oscar/checkpoint.h"
-#include "oscar/eval.h"
+#include "oscar/02_model/checkpoint.h"
+#include "oscar/09_eval/eval.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-eval: end-to-end fidelity of quantized-cache recipes on held-out text"};

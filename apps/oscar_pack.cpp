@@ -3,8 +3,8 @@
 #include <fstream>
 
 #include "app_main.h"
-#include "oscar/checkpoint.h"
-#include "oscar/file_io.h"
+#include "oscar/02_model/checkpoint.h"
+#include "oscar/01_core/file_io.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-pack: llama2.c float32 checkpoint -> lossless float16 parts"};

@@ -1,6 +1,6 @@
 // oscar-sweep: dumps x recipes x bit widths -> attention-fidelity tables and a Pareto plot.
 #include "app_main.h"
-#include "oscar/sweep.h"
+#include "oscar/10_sweep/sweep.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-sweep: run quantization recipes over KV dumps and tabulate attention fidelity vs effective bits"};

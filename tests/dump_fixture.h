@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <string>
 
-#include "oscar/dump_passage.h"
+#include "oscar/03_dump/dump_passage.h"
 #include "test_data.h"
 
 namespace oscar::test {

@@ -4,10 +4,10 @@
 
 #include <string>
 
-#include "oscar/checkpoint.h"
-#include "oscar/model.h"
-#include "oscar/passage.h"
-#include "oscar/tokenizer.h"
+#include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/model.h"
+#include "oscar/02_model/passage.h"
+#include "oscar/02_model/tokenizer.h"
 
 std::vector<RealLayer> real_activations(int tokens) {
   const std::string dir = OSCAR_DATA_DIR;

@@ -9,13 +9,13 @@
 #include <fstream>
 
 #include "dump_fixture.h"
-#include "oscar/checkpoint.h"
-#include "oscar/dump.h"
-#include "oscar/error.h"
+#include "oscar/02_model/checkpoint.h"
+#include "oscar/03_dump/dump.h"
+#include "oscar/01_core/error.h"
 #include "oscar/float_formats.h"
-#include "oscar/model.h"
-#include "oscar/passage.h"
-#include "oscar/tokenizer.h"
+#include "oscar/02_model/model.h"
+#include "oscar/02_model/passage.h"
+#include "oscar/02_model/tokenizer.h"
 
 using namespace oscar;
 namespace fs = std::filesystem;

@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "oscar/error.h"
-#include "oscar/fidelity.h"
+#include "oscar/01_core/error.h"
+#include "oscar/07_metrics/fidelity.h"
 
 using namespace oscar;
 

@@ -8,10 +8,10 @@
 
 #include <chrono>
 
-#include "oscar/checkpoint.h"
-#include "oscar/file_io.h"
-#include "oscar/model.h"
-#include "oscar/tokenizer.h"
+#include "oscar/02_model/checkpoint.h"
+#include "oscar/01_core/file_io.h"
+#include "oscar/02_model/model.h"
+#include "oscar/02_model/tokenizer.h"
 #include "test_data.h"
 
 using namespace oscar;

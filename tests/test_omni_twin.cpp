@@ -7,10 +7,10 @@
 #include <random>
 #include <vector>
 
-#include "oscar/cache_sim.h"
+#include "oscar/06_quantize/cache_sim.h"
 #include "oscar/float_formats.h"
-#include "oscar/recipe_yaml.h"
-#include "oscar/rotation.h"
+#include "oscar/06_quantize/recipe_yaml.h"
+#include "oscar/05_rotate/rotation.h"
 #include "omni_twin.h"
 
 using namespace oscar;

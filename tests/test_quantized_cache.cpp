@@ -5,13 +5,13 @@
 
 #include <filesystem>
 
-#include "oscar/cache_sim.h"
-#include "oscar/checkpoint.h"
-#include "oscar/error.h"
-#include "oscar/eval.h"
-#include "oscar/passage.h"
-#include "oscar/quantized_cache.h"
-#include "oscar/tokenizer.h"
+#include "oscar/06_quantize/cache_sim.h"
+#include "oscar/02_model/checkpoint.h"
+#include "oscar/01_core/error.h"
+#include "oscar/09_eval/eval.h"
+#include "oscar/02_model/passage.h"
+#include "oscar/08_cache/quantized_cache.h"
+#include "oscar/02_model/tokenizer.h"
 #include "test_data.h"
 
 using namespace oscar;

@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "oscar/error.h"
-#include "oscar/quantizer.h"
+#include "oscar/01_core/error.h"
+#include "oscar/06_quantize/quantizer.h"
 
 using namespace oscar;
 

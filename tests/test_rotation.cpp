@@ -11,9 +11,9 @@
 #include <random>
 
 #include "dump_fixture.h"
-#include "oscar/dump.h"
-#include "oscar/error.h"
-#include "oscar/rotation.h"
+#include "oscar/03_dump/dump.h"
+#include "oscar/01_core/error.h"
+#include "oscar/05_rotate/rotation.h"
 
 using namespace oscar;
 using Catch::Matchers::Contains;

@@ -6,9 +6,9 @@
 #include <fstream>
 
 #include "dump_fixture.h"
-#include "oscar/error.h"
-#include "oscar/recipe_yaml.h"
-#include "oscar/sweep.h"
+#include "oscar/01_core/error.h"
+#include "oscar/06_quantize/recipe_yaml.h"
+#include "oscar/10_sweep/sweep.h"
 
 using namespace oscar;
 namespace fs = std::filesystem;

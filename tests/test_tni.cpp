@@ -4,9 +4,9 @@
 #include <cmath>
 
 #include "dump_fixture.h"
-#include "oscar/analyze.h"
-#include "oscar/stats.h"
-#include "oscar/tni.h"
+#include "oscar/04_stats/analyze.h"
+#include "oscar/01_core/stats.h"
+#include "oscar/04_stats/tni.h"
 
 using namespace oscar;
 

@@ -2,8 +2,8 @@
 // merge loop (computed once with Python on the same tok512.bin), and decoding.
 #include <catch2/catch.hpp>
 
-#include "oscar/tokenizer.h"
-#include "oscar/error.h"
+#include "oscar/02_model/tokenizer.h"
+#include "oscar/01_core/error.h"
 #include "test_data.h"
 
 using oscar::Tokenizer;

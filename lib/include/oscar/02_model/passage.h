@@ -1,0 +1,26 @@
+// passage.h: picks a passage of a line-oriented text (one verse a line, plain or .gz) as tokens.
+// A passage is BOS followed by the encoding of lines[offset..] joined by '\n' (run.c's encoding, with
+// its dummy-prefix space), cut to `tokens` tokens in all. A negative offset counts lines from the end.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "oscar/02_model/tokenizer.h"
+
+namespace oscar {
+
+struct Passage {
+  std::string source;        // file the lines came from
+  long first_line = 0;       // 0-based index of the first line used
+  long lines_total = 0;      // lines in the file
+  std::vector<int> tokens;   // BOS first
+};
+
+std::vector<std::string> read_lines(const std::string& path);
+
+// Throws Error (naming the file) when the offset is outside the text or the text after it has fewer
+// than `tokens` tokens.
+Passage select_passage(const std::string& path, const std::vector<std::string>& lines, long offset, int tokens,
+                       const Tokenizer& tok);
+
+}  // namespace oscar

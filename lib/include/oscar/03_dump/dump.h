@@ -1,0 +1,77 @@
+// dump.h: KV dump format v1 (HDF5). Root attributes describe the model and passage; /token_ids int32 [T];
+// optional /token_text (strings, [T]); one group per layer, /layer_000 .., holding q and q_pre
+// [n_heads, T, head_dim] and k, k_pre, v [n_kv_heads, T, head_dim] (k and q after RoPE), stored as
+// float32 or float16 in chunks of [1, <=1024, head_dim], so one layer or one head reads alone.
+// DumpWriter writes through a temporary file renamed on finish(); DumpReader validates attributes,
+// shapes and dtypes against each other and streams one layer (or one head) at a time.
+#pragma once
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "oscar/01_core/tensor.h"
+#include "oscar/02_model/model.h"
+
+namespace oscar {
+
+inline constexpr const char* kDumpFormat = "oscar-kv-dump";
+inline constexpr int kDumpVersion = 1;
+
+struct DumpInfo {
+  std::string model_name;
+  std::string checkpoint_sha256;
+  int n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  std::string rope_convention = "adjacent-pairs";  // or "half-split" (Hugging Face rotate_half)
+  double rope_theta = 10000.0;
+  std::string text_source;
+  long token_count = 0;
+  std::string storage_dtype = "float32";  // or "float16"
+  // Optional, written by oscar-dump; absent (NaN / empty) in dumps from other tools.
+  double mean_next_token_loss = std::numeric_limits<double>::quiet_NaN();
+  std::string producer;
+};
+
+
+struct LayerDump {
+  int layer = 0;
+  HeadTensor q, q_pre, k, k_pre, v;
+};
+
+class DumpWriter {
+ public:
+  DumpWriter(const std::string& path, const DumpInfo& info, const std::vector<int>& token_ids,
+             const std::vector<std::string>& token_text);
+  ~DumpWriter();
+  // Rows are tokens, columns head-major; called once per layer, in any order. Throws on NaN/Inf.
+  void write_layer(const LayerQKV& a);
+  void set_mean_next_token_loss(double loss);  // root attribute, known only after the forward pass
+  void finish();  // checks that every layer was written, closes, and renames into place
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class DumpReader {
+ public:
+  explicit DumpReader(const std::string& path);
+  ~DumpReader();
+  DumpReader(DumpReader&&) noexcept;
+  const DumpInfo& info() const;
+  const std::string& path() const;
+  const std::vector<int>& token_ids() const;
+  const std::vector<std::string>& token_text() const;  // empty when the dump has none
+  // Reads the named tensors of one layer ("q", "q_pre", "k", "k_pre", "v"); others stay empty.
+  // Throws Error naming file, layer and dataset on a shape or dtype mismatch or a non-finite value.
+  LayerDump read_layer(int layer, const std::vector<std::string>& tensors) const;
+  // One head of one tensor: [T, head_dim] row-major.
+  std::vector<float> read_head(int layer, const std::string& tensor, int head) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace oscar

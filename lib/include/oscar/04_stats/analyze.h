@@ -1,0 +1,42 @@
+// analyze.h: oscar-analyze's work: TNI statistics of every layer and KV head of a dump, for K before
+// and after RoPE and for V, streamed one layer at a time; and the report's renderings (terminal table,
+// CSV, JSON, plot data + PNGs through plots/tni_plots.py).
+#pragma once
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "oscar/03_dump/dump.h"
+#include "oscar/04_stats/tni.h"
+
+namespace oscar {
+
+struct TniRow {
+  int layer = 0, kv_head = 0;
+  std::string tensor;  // "k_pre", "k" (post-RoPE) or "v"
+  HeadStats stats;
+};
+
+struct TniReport {
+  std::string dump_path;
+  DumpInfo info;
+  std::vector<int> token_ids;
+  std::vector<std::string> token_text;
+  std::vector<TniRow> rows;  // by layer, then KV head, then tensor
+  std::string token_label(int position) const;  // the token's text when the dump has it, else its id
+};
+
+struct AnalyzeOptions {
+  double outlier_z = 3.5;
+  bool progress = true;
+};
+
+TniReport analyze_dump(const DumpReader& dump, const AnalyzeOptions& opt);
+
+void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers);
+void write_tni_csv(const TniReport& r, const std::string& path);
+void write_tni_json(const TniReport& r, const std::string& path, int max_outliers);
+// Writes token_norms.csv and channel_absmax.csv into `dir`, then draws the PNGs with plots/tni_plots.py.
+void write_tni_plots(const TniReport& r, const std::string& dir);
+
+}  // namespace oscar

@@ -1,0 +1,75 @@
+// rotation.h: orthogonal rotations of a head's channels. Convention: row vectors, x' = x R, with R a
+// d x d orthogonal matrix; the inverse is x = x' R^T. Queries and keys are rotated alike (q.k is
+// unchanged in full precision); values are rotated and the inverse applied to the attention output.
+#pragma once
+#include <Eigen/Core>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "oscar/02_model/checkpoint.h"
+#include "oscar/06_quantize/recipe.h"
+
+namespace oscar {
+
+class Rotation {
+ public:
+  virtual ~Rotation() = default;
+  virtual int dim() const = 0;
+  virtual std::string name() const = 0;
+  // In place on `rows` row vectors of length dim() stored contiguously.
+  virtual void apply(float* x, long rows) const = 0;
+  virtual void apply_inverse(float* x, long rows) const = 0;
+  // The explicit matrix R (double), for tests and for saving.
+  virtual Eigen::MatrixXd matrix() const = 0;
+};
+
+// Identity, normalized Hadamard (FWHT, O(d log d); d must be a power of two), randomized Hadamard
+// (diag(random signs) then Hadamard, seeded), random orthogonal (QR of a seeded Gaussian matrix, with
+// the sign fix that makes it Haar-distributed). Throws Error naming the head_dim when d is not allowed.
+std::unique_ptr<Rotation> make_identity(int d);
+std::unique_ptr<Rotation> make_hadamard(int d);
+std::unique_ptr<Rotation> make_randomized_hadamard(int d, uint64_t seed);
+std::unique_ptr<Rotation> make_random_orthogonal(int d, uint64_t seed);
+// A rotation given by an explicit orthogonal matrix (checked to 1e-6).
+std::unique_ptr<Rotation> make_dense_rotation(const Eigen::MatrixXd& R, std::string name);
+
+// Bit reversal of i within log2(d) bits.
+int bit_reverse(int i, int d);
+// Permutation matrix P with P(i, bitrev(i)) = 1: x P moves entry i to position bitrev(i).
+Eigen::MatrixXd bit_reversal_permutation(int d);
+
+// Eigendecomposition of a symmetric matrix C (SelfAdjointEigenSolver, double): `values` descending,
+// `vectors` the matching unit eigenvectors as columns, each signed so its largest-|.| entry is positive.
+void eigen_descending(const Eigen::MatrixXd& C, Eigen::VectorXd& values, Eigen::MatrixXd& vectors);
+
+// OSCAR (arXiv 2605.17757): per-layer covariance-aware rotations fitted on a calibration dump.
+// C_K = mean over KV heads h of Q_h^T Q_h / n (Q_h: post-RoPE queries of the query heads sharing h);
+// C_V = mean over h of V_h^T diag(w) V_h / n, w_t = k_t C_K k_t^T normalized to mean 1.
+// U: eigenvectors (columns) by decreasing eigenvalue (SelfAdjointEigenSolver, double). The rotation is
+// the product of the factors named by `order` ("UHP" = U * H * P, "U", "UP", "UPH", "HUP").
+struct CovarianceRotations {
+  std::string calibration_path, model_name, checkpoint_sha256;
+  int n_layers = 0, head_dim = 0;
+  std::vector<Eigen::MatrixXd> key_cov, value_cov;  // per layer
+  std::vector<Eigen::VectorXd> key_eigenvalues, value_eigenvalues;  // descending
+  std::vector<Eigen::MatrixXd> key_eigenvectors, value_eigenvectors;
+};
+class DumpReader;
+struct DumpInfo;
+// Streams the calibration dump one layer at a time; a Progress bar over layers when `progress`.
+CovarianceRotations fit_covariance_rotations(const DumpReader& calibration, bool progress);
+Eigen::MatrixXd covariance_rotation_matrix(const Eigen::MatrixXd& eigenvectors, const std::string& order);
+void save_covariance_rotations(const CovarianceRotations& c, const std::string& path);  // HDF5, atomic
+// Validates format, version, attributes and shapes; throws Error naming `path` on any problem.
+CovarianceRotations load_covariance_rotations(const std::string& path);
+// Throws unless `c` was fitted on the model (name, checkpoint sha256, head_dim, n_layers) of `eval`.
+void check_calibration_matches(const CovarianceRotations& c, const DumpInfo& eval, const std::string& eval_path);
+
+// The rotation a recipe asks for: None -> identity, Hadamard, RandomizedHadamard(seed),
+// RandomOrthogonal(seed), Covariance -> dense(covariance_rotation_matrix(*covariance_eigenvectors,
+// spec.order)). covariance_eigenvectors is used (and required non-null) only for Covariance.
+std::unique_ptr<Rotation> make_rotation(const RotationSpec& spec, int head_dim,
+                                        const Eigen::MatrixXd* covariance_eigenvectors);
+
+}  // namespace oscar

@@ -1,0 +1,35 @@
+// cache_sim.h: the CPU reference of a whole recipe on one layer: rotate K and V, scale keys by their
+// per-token norm (OScaR), quantize the body and round the full-precision windows as the cache policy
+// leaves them after the prompt, dequantize, and rotate back. The result is what attention sees, in
+// the original space (q.k^ and P.V^ equal the rotated-space computations with the inverse rotation on
+// the output).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "oscar/06_quantize/cache_policy.h"
+#include "oscar/01_core/tensor.h"
+#include "oscar/06_quantize/recipe.h"
+#include "oscar/05_rotate/rotation.h"
+
+namespace oscar {
+
+struct LayerRotations {
+  std::unique_ptr<Rotation> key, value;
+};
+
+// Builds the recipe's rotations for `layer` (covariance rotations from `calib` when the recipe needs them).
+LayerRotations layer_rotations(const Recipe& r, int head_dim, int layer, const CovarianceRotations* calib);
+
+// K^ and V^ of every KV head, head-major like the input.
+struct SimulatedLayer {
+  HeadTensor k_hat, v_hat;
+  CacheSegments segments;
+};
+SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTensor& v, const LayerRotations& rot);
+// The same with explicit segments over the given rows (a quantizing cache simulates a newly filled block
+// as all-body rows, and its window rows as all-window rows).
+SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTensor& v, const LayerRotations& rot,
+                              const CacheSegments& segments);
+
+}  // namespace oscar

@@ -1,0 +1,56 @@
+// gpu_kv_cache.h: a KvCache whose attention runs on the GPU, through the CUDA decode kernels
+// (kernels/include/oscar_kv.h, formats oscar-cov and oscar-omni) over the kernels' own quantized cache, token by token
+// as a server would. Each new token's K and V are rotated on the host by the recipe's R_K and R_V
+// (layer_rotations, as QuantizedKvCache and cache_sim get them), rounded to bf16 (nearest even) and
+// appended with oscar_kv_append (the kernel quantizes the token leaving the recent window into the
+// body); the query is rotated by R_K, oscar_kv_decode attends (softmax scale 1/sqrt(head_dim)), and the
+// output is un-rotated on the host (o = o' R_V^T). Every CUDA call and oscar_status is checked; a
+// failure throws oscar::Error with the layer and the call.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "oscar/06_quantize/cache_sim.h"
+#include "oscar/02_model/model.h"
+
+namespace oscar {
+
+// Empty when a CUDA kernel format implements the resolved `recipe` for a model of config `c`; otherwise
+// what does not fit. Both formats: head_dim 128, at most 8 query heads per KV head, bits 2 or 4 on K and V,
+// asymmetric uniform fp16 scale/zero, round half to even, bf16 windows, any rotation (applied on the host).
+// oscar-cov format: token-wise groups of head_dim, sink + recent window (recent > 0), no residual block,
+// no token scaling. oscar-omni format (chosen when the recipe scales tokens or has per-channel keys):
+// Omni-Token Scaling with fp16 norms, keys per channel over 32 tokens, values per token in groups of 32,
+// clip 1, residual block of 128, no sink or recent window.
+std::string gpu_unsupported_reason(const Recipe& recipe, const ModelConfig& c);
+// What the kernels support, for messages.
+inline constexpr const char* kGpuSupported = "supported: oscar-cov and oscar-omni at 2 or 4 bits, head_dim 128";
+
+// Throws Error "no CUDA device: ...; run without --gpu" unless a CUDA device is visible.
+void require_cuda_device();
+
+class GpuKvCache : public KvCache {
+ public:
+  // `recipe` resolved for the model's head_dim (it must pass gpu_unsupported_reason); `calib` for
+  // calibrated recipes; `capacity`: the most tokens the sequence will hold (device buffers are sized once).
+  GpuKvCache(const ModelConfig& c, const Recipe& recipe, const CovarianceRotations* calib, int capacity);
+  ~GpuKvCache() override;
+  GpuKvCache(const GpuKvCache&) = delete;
+  GpuKvCache& operator=(const GpuKvCache&) = delete;
+
+  // Appends the chunk's rows to the device cache and attends, row by row (causal within the chunk).
+  bool attend(int layer, const MatrixRM& q, MatrixRM& out) override;
+  // There is no host view of the quantized cache: throws.
+  void attention_view(int layer, const MatrixRM*& k, const MatrixRM*& v) override;
+
+ private:
+  struct Device;
+  Recipe recipe_;
+  int n_heads_, n_kv_, head_dim_, capacity_;
+  std::vector<LayerRotations> rot_;
+  std::vector<int> on_device_;  // per layer: tokens appended to the device cache
+  std::unique_ptr<Device> dev_;
+};
+
+}  // namespace oscar

@@ -1,0 +1,106 @@
+// file_io.cpp: whole-file reads, gzip, sha256 (OpenSSL EVP) and atomic output files.
+#include "oscar/01_core/file_io.h"
+
+#include <openssl/evp.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "oscar/01_core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace oscar {
+
+static std::vector<uint8_t> read_one(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail("{}: no such file", path);
+  if (fs::is_directory(path, ec)) fail("{}: is a directory, expected a file", path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open for reading ({})", path, std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<size_t>(in.tellg());
+  in.seekg(0);
+  std::vector<uint8_t> buf(size);
+  if (size && !in.read(reinterpret_cast<char*>(buf.data()), static_cast<std::streamsize>(size)))
+    fail("{}: read failed after {} bytes", path, in.gcount());
+  return buf;
+}
+
+std::vector<uint8_t> read_file_bytes(const std::string& path) {
+  std::error_code ec;
+  if (fs::exists(path, ec) || !fs::exists(path + ".part00", ec)) return read_one(path);
+  std::vector<uint8_t> all;
+  for (int i = 0;; ++i) {
+    const std::string part = fmt::format("{}.part{:02d}", path, i);
+    if (!fs::exists(part, ec)) break;
+    auto b = read_one(part);
+    all.insert(all.end(), b.begin(), b.end());
+  }
+  return all;
+}
+
+std::string read_text_file(const std::string& path) {
+  auto raw = read_file_bytes(path);
+  if (raw.size() < 2 || raw[0] != 0x1f || raw[1] != 0x8b) return std::string(raw.begin(), raw.end());
+  z_stream zs{};
+  if (inflateInit2(&zs, 15 + 32) != Z_OK) fail("{}: zlib initialisation failed", path);
+  std::string out;
+  std::vector<char> chunk(1 << 20);
+  zs.next_in = raw.data();
+  zs.avail_in = static_cast<uInt>(raw.size());
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    zs.next_out = reinterpret_cast<Bytef*>(chunk.data());
+    zs.avail_out = static_cast<uInt>(chunk.size());
+    rc = inflate(&zs, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END) {
+      inflateEnd(&zs);
+      fail("{}: corrupt or truncated gzip data ({}); re-copy the file", path, zs.msg ? zs.msg : "inflate error");
+    }
+    out.append(chunk.data(), chunk.size() - zs.avail_out);
+    if (rc != Z_STREAM_END && zs.avail_in == 0 && zs.avail_out != 0) {
+      inflateEnd(&zs);
+      fail("{}: gzip stream ends early (truncated file); re-copy the file", path);
+    }
+  }
+  inflateEnd(&zs);
+  return out;
+}
+
+std::string sha256_hex(const void* data, size_t n) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(data, n, md, &len, EVP_sha256(), nullptr) != 1) fail("sha256: OpenSSL digest failed");
+  std::string hex;
+  for (unsigned i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
+  return hex;
+}
+
+AtomicOutput::AtomicOutput(fs::path final_path) : final_(std::move(final_path)) {
+  std::error_code ec;
+  const fs::path dir = final_.has_parent_path() ? final_.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec)) fail("{}: output folder '{}' does not exist; create it first", final_.string(), dir.string());
+  std::random_device rd;
+  temp_ = dir / fmt::format(".{}.tmp-{}-{:08x}", final_.filename().string(), ::getpid(), rd());
+}
+
+AtomicOutput::~AtomicOutput() {
+  if (!committed_) {
+    std::error_code ec;
+    fs::remove(temp_, ec);
+  }
+}
+
+void AtomicOutput::commit() {
+  std::error_code ec;
+  fs::rename(temp_, final_, ec);
+  if (ec) fail("{}: cannot move the finished file into place ({})", final_.string(), ec.message());
+  committed_ = true;
+}
+
+}  // namespace oscar

@@ -1,0 +1,331 @@
+// dump.cpp: HDF5 reading and writing of KV dumps (format v1, see dump.h and README).
+#include "oscar/03_dump/dump.h"
+
+#include <H5Cpp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "oscar/01_core/error.h"
+#include "oscar/01_core/file_io.h"
+#include "oscar/01_core/h5_attrs.h"
+
+namespace oscar {
+
+namespace {
+
+const char* const kTensors[] = {"q", "q_pre", "k", "k_pre", "v"};
+
+std::string layer_group(int l) { return fmt::format("layer_{:03d}", l); }
+
+H5::FloatType float16_type() {
+  H5::FloatType t(H5::PredType::IEEE_F32LE);
+  t.setFields(15, 10, 5, 0, 10);
+  t.setSize(2);
+  t.setEbias(15);
+  return t;
+}
+
+void check_finite(const float* p, size_t n, const std::string& path, int layer, const std::string& tensor, int tokens,
+                  int head_dim) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(p[i])) {
+      const size_t per_head = static_cast<size_t>(tokens) * head_dim;
+      fail("{}: layer {} dataset '{}' holds a non-finite value ({}) at head {}, token {}, channel {}; the activations "
+           "are corrupt or the model overflowed: re-dump in float32 or exclude this passage",
+           path, layer, tensor, p[i], i / per_head, (i % per_head) / head_dim, i % head_dim);
+    }
+  }
+}
+
+}  // namespace
+
+// ================= writer =================
+struct DumpWriter::Impl {
+  AtomicOutput out;
+  DumpInfo info;
+  std::unique_ptr<H5::H5File> file;
+  std::vector<char> written;
+  explicit Impl(const std::string& p) : out(p) {}
+};
+
+DumpWriter::DumpWriter(const std::string& path, const DumpInfo& info, const std::vector<int>& token_ids,
+                       const std::vector<std::string>& token_text)
+    : impl_(std::make_unique<Impl>(path)) {
+  h5::silence();
+  impl_->info = info;
+  impl_->written.assign(info.n_layers, 0);
+  if (info.storage_dtype != "float32" && info.storage_dtype != "float16")
+    fail("{}: storage dtype '{}' is not supported (use float32 or float16)", path, info.storage_dtype);
+  if (static_cast<long>(token_ids.size()) != info.token_count)
+    fail("internal: {} token ids for a dump of {} tokens", token_ids.size(), info.token_count);
+  try {
+    impl_->file = std::make_unique<H5::H5File>(impl_->out.temp_path().string(), H5F_ACC_TRUNC);
+    H5::H5File& f = *impl_->file;
+    h5::put_str(f, "format", kDumpFormat);
+    h5::put_i64(f, "format_version", kDumpVersion);
+    h5::put_str(f, "model_name", info.model_name);
+    h5::put_str(f, "checkpoint_sha256", info.checkpoint_sha256);
+    h5::put_i64(f, "n_layers", info.n_layers);
+    h5::put_i64(f, "n_heads", info.n_heads);
+    h5::put_i64(f, "n_kv_heads", info.n_kv_heads);
+    h5::put_i64(f, "head_dim", info.head_dim);
+    h5::put_str(f, "rope_convention", info.rope_convention);
+    h5::put_f64(f, "rope_theta", info.rope_theta);
+    h5::put_str(f, "text_source", info.text_source);
+    h5::put_i64(f, "token_count", info.token_count);
+    h5::put_str(f, "storage_dtype", info.storage_dtype);
+    if (std::isfinite(info.mean_next_token_loss)) h5::put_f64(f, "mean_next_token_loss", info.mean_next_token_loss);
+    if (!info.producer.empty()) h5::put_str(f, "producer", info.producer);
+    hsize_t n = token_ids.size();
+    H5::DataSet ids = f.createDataSet("token_ids", H5::PredType::STD_I32LE, H5::DataSpace(1, &n));
+    if (n) ids.write(token_ids.data(), H5::PredType::NATIVE_INT);
+    if (!token_text.empty()) {
+      H5::StrType st(H5::PredType::C_S1, H5T_VARIABLE);
+      st.setCset(H5T_CSET_UTF8);
+      std::vector<const char*> ptrs;
+      for (const auto& s : token_text) ptrs.push_back(s.c_str());
+      hsize_t m = ptrs.size();
+      H5::DataSet tt = f.createDataSet("token_text", st, H5::DataSpace(1, &m));
+      tt.write(ptrs.data(), st);
+    }
+  } catch (const H5::Exception& e) {
+    fail("{}: cannot create the HDF5 dump ({})", path, e.getDetailMsg());
+  }
+}
+
+DumpWriter::~DumpWriter() {
+  if (impl_ && impl_->file) {
+    try {
+      impl_->file->close();
+    } catch (...) {
+    }
+  }
+}
+
+void DumpWriter::write_layer(const LayerQKV& a) {
+  const DumpInfo& I = impl_->info;
+  const std::string& path = impl_->out.final_path().string();
+  const int T = static_cast<int>(a.q.rows()), hd = I.head_dim;
+  if (T != I.token_count) fail("internal: layer {} has {} tokens, the dump {}", a.layer, T, I.token_count);
+  try {
+    H5::Group g = impl_->file->createGroup(layer_group(a.layer));
+    const H5::DataType dtype = I.storage_dtype == "float16" ? H5::DataType(float16_type()) : H5::DataType(H5::PredType::IEEE_F32LE);
+    struct Item {
+      const char* name;
+      const MatrixRM* m;
+      int heads;
+    } items[] = {{"q", &a.q, I.n_heads}, {"q_pre", &a.q_pre, I.n_heads}, {"k", &a.k, I.n_kv_heads},
+                 {"k_pre", &a.k_pre, I.n_kv_heads}, {"v", &a.v, I.n_kv_heads}};
+    std::vector<float> buf;
+    for (const Item& it : items) {
+      if (it.m->cols() != static_cast<Eigen::Index>(it.heads) * hd)
+        fail("internal: layer {} tensor {} has {} columns, expected {}", a.layer, it.name, it.m->cols(), it.heads * hd);
+      buf.resize(static_cast<size_t>(it.heads) * T * hd);
+      for (int h = 0; h < it.heads; ++h)
+        for (int t = 0; t < T; ++t)
+          for (int c = 0; c < hd; ++c) buf[(static_cast<size_t>(h) * T + t) * hd + c] = (*it.m)(t, h * hd + c);
+      check_finite(buf.data(), buf.size(), path, a.layer, it.name, T, hd);
+      hsize_t dims[3] = {static_cast<hsize_t>(it.heads), static_cast<hsize_t>(T), static_cast<hsize_t>(hd)};
+      hsize_t chunk[3] = {1, static_cast<hsize_t>(std::min(T, 1024)), static_cast<hsize_t>(hd)};
+      H5::DSetCreatPropList plist;
+      plist.setChunk(3, chunk);
+      H5::DataSet ds = g.createDataSet(it.name, dtype, H5::DataSpace(3, dims), plist);
+      ds.write(buf.data(), H5::PredType::NATIVE_FLOAT);
+    }
+  } catch (const H5::Exception& e) {
+    fail("{}: writing layer {} failed ({}); is the disk full?", path, a.layer, e.getDetailMsg());
+  }
+  impl_->written[a.layer] = 1;
+}
+
+void DumpWriter::set_mean_next_token_loss(double loss) {
+  try {
+    h5::put_f64(*impl_->file, "mean_next_token_loss", loss);
+  } catch (const H5::Exception& e) {
+    fail("{}: writing an attribute failed ({})", impl_->out.final_path().string(), e.getDetailMsg());
+  }
+}
+
+void DumpWriter::finish() {
+  for (int l = 0; l < impl_->info.n_layers; ++l)
+    if (!impl_->written[l]) fail("internal: layer {} was never written to {}", l, impl_->out.final_path().string());
+  try {
+    impl_->file->close();
+  } catch (const H5::Exception& e) {
+    fail("{}: closing the HDF5 file failed ({})", impl_->out.final_path().string(), e.getDetailMsg());
+  }
+  impl_->file.reset();
+  impl_->out.commit();
+}
+
+// ================= reader =================
+struct DumpReader::Impl {
+  std::string path;
+  std::unique_ptr<H5::H5File> file;
+  DumpInfo info;
+  std::vector<int> ids;
+  std::vector<std::string> text;
+};
+
+DumpReader::DumpReader(DumpReader&&) noexcept = default;
+DumpReader::~DumpReader() = default;
+const DumpInfo& DumpReader::info() const { return impl_->info; }
+const std::string& DumpReader::path() const { return impl_->path; }
+const std::vector<int>& DumpReader::token_ids() const { return impl_->ids; }
+const std::vector<std::string>& DumpReader::token_text() const { return impl_->text; }
+
+DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  h5::silence();
+  impl_->path = path;
+  {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) fail("{}: no such file", path);
+    if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, expected an HDF5 dump", path);
+  }
+  if (H5::H5File::isHdf5(path.c_str()) <= 0)
+    fail("{}: not an HDF5 file, or truncated or corrupt (no valid HDF5 signature); re-create the dump", path);
+  try {
+    impl_->file = std::make_unique<H5::H5File>(path, H5F_ACC_RDONLY);
+  } catch (const H5::Exception& e) {
+    fail("{}: cannot open as HDF5 ({}); the file is truncated or corrupt: re-create the dump", path, e.getDetailMsg());
+  }
+  const H5::H5File& f = *impl_->file;
+  DumpInfo& I = impl_->info;
+  try {
+    const h5::AttrReader A{f, path, "this file does not follow the oscar-kv dump schema v1 (see README, 'Dump format')"};
+    const std::string format = A.str("format");
+    if (format != kDumpFormat) fail("{}: attribute format='{}', expected '{}'", path, format, kDumpFormat);
+    const long long version = A.i64("format_version");
+    if (version != kDumpVersion) fail("{}: dump format version {} is not supported (this build reads {})", path, version, kDumpVersion);
+    I.model_name = A.str("model_name");
+    I.checkpoint_sha256 = A.str("checkpoint_sha256");
+    I.n_layers = static_cast<int>(A.i64("n_layers"));
+    I.n_heads = static_cast<int>(A.i64("n_heads"));
+    I.n_kv_heads = static_cast<int>(A.i64("n_kv_heads"));
+    I.head_dim = static_cast<int>(A.i64("head_dim"));
+    I.rope_convention = A.str("rope_convention");
+    I.rope_theta = A.f64("rope_theta");
+    I.text_source = A.str("text_source");
+    I.token_count = static_cast<long>(A.i64("token_count"));
+    I.storage_dtype = A.str("storage_dtype");
+    if (f.attrExists("mean_next_token_loss")) I.mean_next_token_loss = A.f64("mean_next_token_loss");
+    if (f.attrExists("producer")) I.producer = A.str("producer");
+    if (I.n_layers <= 0 || I.n_heads <= 0 || I.n_kv_heads <= 0 || I.head_dim <= 0 || I.token_count <= 0)
+      fail("{}: attributes n_layers={} n_heads={} n_kv_heads={} head_dim={} token_count={} must all be positive", path,
+           I.n_layers, I.n_heads, I.n_kv_heads, I.head_dim, I.token_count);
+    if (I.n_heads % I.n_kv_heads != 0)
+      fail("{}: n_heads={} is not a multiple of n_kv_heads={}", path, I.n_heads, I.n_kv_heads);
+    if (I.storage_dtype != "float32" && I.storage_dtype != "float16")
+      fail("{}: storage_dtype='{}', expected float32 or float16", path, I.storage_dtype);
+    if (I.rope_convention != "adjacent-pairs" && I.rope_convention != "half-split")
+      fail("{}: rope_convention='{}', expected adjacent-pairs or half-split", path, I.rope_convention);
+    if (!f.nameExists("token_ids")) fail("{}: dataset /token_ids is missing", path);
+    H5::DataSet ids = f.openDataSet("token_ids");
+    if (ids.getTypeClass() != H5T_INTEGER || ids.getSpace().getSimpleExtentNdims() != 1 ||
+        ids.getSpace().getSimpleExtentNpoints() != I.token_count)
+      fail("{}: /token_ids must be integer [token_count={}], found {} values", path, I.token_count,
+           ids.getSpace().getSimpleExtentNpoints());
+    impl_->ids.resize(I.token_count);
+    ids.read(impl_->ids.data(), H5::PredType::NATIVE_INT);
+    if (f.nameExists("token_text")) {
+      H5::DataSet tt = f.openDataSet("token_text");
+      if (tt.getTypeClass() != H5T_STRING || tt.getSpace().getSimpleExtentNpoints() != I.token_count)
+        fail("{}: /token_text must hold {} strings", path, I.token_count);
+      H5::StrType st = tt.getStrType();
+      if (st.isVariableStr()) {
+        std::vector<char*> ptrs(I.token_count, nullptr);
+        H5::StrType mt(H5::PredType::C_S1, H5T_VARIABLE);
+        tt.read(ptrs.data(), mt);
+        for (char* p : ptrs) impl_->text.emplace_back(p ? p : "");
+        H5Dvlen_reclaim(mt.getId(), tt.getSpace().getId(), H5P_DEFAULT, ptrs.data());
+      } else {
+        const size_t w = st.getSize();
+        std::vector<char> buf(w * I.token_count);
+        tt.read(buf.data(), st);
+        for (long i = 0; i < I.token_count; ++i) {
+          std::string s(buf.data() + i * w, w);
+          s.resize(std::strlen(s.c_str()));
+          impl_->text.push_back(s);
+        }
+      }
+    }
+    for (int l = 0; l < I.n_layers; ++l) {
+      const std::string g = layer_group(l);
+      if (!f.nameExists(g))
+        fail("{}: group /{} is missing (n_layers={}); the dump is incomplete: re-create it", path, g, I.n_layers);
+      H5::Group grp = f.openGroup(g);
+      for (const char* t : kTensors) {
+        if (!grp.nameExists(t)) fail("{}: dataset /{}/{} is missing", path, g, t);
+        H5::DataSet ds = grp.openDataSet(t);
+        const int heads = (t[0] == 'q') ? I.n_heads : I.n_kv_heads;
+        H5::DataSpace sp = ds.getSpace();
+        hsize_t dims[3] = {0, 0, 0};
+        if (sp.getSimpleExtentNdims() != 3)
+          fail("{}: /{}/{} has {} dimensions, expected 3 [heads, tokens, head_dim]", path, g, t, sp.getSimpleExtentNdims());
+        sp.getSimpleExtentDims(dims);
+        if (dims[0] != static_cast<hsize_t>(heads) || dims[1] != static_cast<hsize_t>(I.token_count) ||
+            dims[2] != static_cast<hsize_t>(I.head_dim))
+          fail("{}: /{}/{} has shape [{}, {}, {}], but the attributes imply [{}, {}, {}] (n_{}heads, token_count, "
+               "head_dim)",
+               path, g, t, dims[0], dims[1], dims[2], heads, I.token_count, I.head_dim, t[0] == 'q' ? "" : "kv_");
+        if (ds.getTypeClass() != H5T_FLOAT) fail("{}: /{}/{} is not a floating-point dataset", path, g, t);
+        const size_t bytes = ds.getFloatType().getSize();
+        if (bytes != (I.storage_dtype == "float16" ? 2u : 4u))
+          fail("{}: /{}/{} stores {}-byte floats but storage_dtype is '{}'", path, g, t, bytes, I.storage_dtype);
+      }
+    }
+  } catch (const H5::Exception& e) {
+    fail("{}: HDF5 error while reading the dump's structure ({}); the file may be truncated or corrupt", path,
+         e.getDetailMsg());
+  }
+}
+
+LayerDump DumpReader::read_layer(int layer, const std::vector<std::string>& tensors) const {
+  const DumpInfo& I = impl_->info;
+  if (layer < 0 || layer >= I.n_layers) fail("{}: layer {} out of range (n_layers={})", impl_->path, layer, I.n_layers);
+  LayerDump d;
+  d.layer = layer;
+  for (const std::string& t : tensors) {
+    HeadTensor* dst = t == "q" ? &d.q : t == "q_pre" ? &d.q_pre : t == "k" ? &d.k : t == "k_pre" ? &d.k_pre : t == "v" ? &d.v : nullptr;
+    if (!dst) fail("unknown dump tensor '{}' (expected q, q_pre, k, k_pre or v)", t);
+    dst->heads = t[0] == 'q' ? I.n_heads : I.n_kv_heads;
+    dst->tokens = static_cast<int>(I.token_count);
+    dst->head_dim = I.head_dim;
+    dst->data.resize(static_cast<size_t>(dst->heads) * dst->tokens * dst->head_dim);
+    try {
+      H5::DataSet ds = impl_->file->openDataSet(layer_group(layer) + "/" + t);
+      ds.read(dst->data.data(), H5::PredType::NATIVE_FLOAT);
+    } catch (const H5::Exception& e) {
+      fail("{}: reading /{}/{} failed ({}); the file is truncated or corrupt: re-create the dump", impl_->path,
+           layer_group(layer), t, e.getDetailMsg());
+    }
+    check_finite(dst->data.data(), dst->data.size(), impl_->path, layer, t, dst->tokens, dst->head_dim);
+  }
+  return d;
+}
+
+std::vector<float> DumpReader::read_head(int layer, const std::string& tensor, int head) const {
+  const DumpInfo& I = impl_->info;
+  const int heads = tensor[0] == 'q' ? I.n_heads : I.n_kv_heads;
+  if (layer < 0 || layer >= I.n_layers || head < 0 || head >= heads)
+    fail("{}: layer {} head {} out of range", impl_->path, layer, head);
+  std::vector<float> out(static_cast<size_t>(I.token_count) * I.head_dim);
+  try {
+    H5::DataSet ds = impl_->file->openDataSet(layer_group(layer) + "/" + tensor);
+    H5::DataSpace fs = ds.getSpace();
+    hsize_t off[3] = {static_cast<hsize_t>(head), 0, 0};
+    hsize_t cnt[3] = {1, static_cast<hsize_t>(I.token_count), static_cast<hsize_t>(I.head_dim)};
+    fs.selectHyperslab(H5S_SELECT_SET, cnt, off);
+    H5::DataSpace ms(3, cnt);
+    ds.read(out.data(), H5::PredType::NATIVE_FLOAT, ms, fs);
+  } catch (const H5::Exception& e) {
+    fail("{}: reading head {} of /{}/{} failed ({}); the file is truncated or corrupt", impl_->path, head,
+         layer_group(layer), tensor, e.getDetailMsg());
+  }
+  check_finite(out.data(), out.size(), impl_->path, layer, tensor, static_cast<int>(I.token_count), I.head_dim);
+  return out;
+}
+
+}  // namespace oscar

@@ -1,0 +1,180 @@
+// analyze.cpp: streaming TNI analysis of a dump and its renderings.
+#include "oscar/04_stats/analyze.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "oscar/01_core/error.h"
+#include "oscar/01_core/file_io.h"
+#include "oscar/11_report/plotting.h"
+#include "oscar/01_core/progress.h"
+
+namespace oscar {
+
+std::string TniReport::token_label(int position) const {
+  if (position >= 0 && position < static_cast<int>(token_text.size())) return token_text[position];
+  if (position >= 0 && position < static_cast<int>(token_ids.size())) return fmt::format("#{}", token_ids[position]);
+  return "?";
+}
+
+TniReport analyze_dump(const DumpReader& dump, const AnalyzeOptions& opt) {
+  TniReport r;
+  r.dump_path = dump.path();
+  r.info = dump.info();
+  r.token_ids = dump.token_ids();
+  r.token_text = dump.token_text();
+  const DumpInfo& I = r.info;
+  Progress bar("analyze", I.n_layers, opt.progress);
+  for (int l = 0; l < I.n_layers; ++l) {
+    const LayerDump d = dump.read_layer(l, {"k_pre", "k", "v"});
+    for (int h = 0; h < I.n_kv_heads; ++h) {
+      for (const auto* t : {"k_pre", "k", "v"}) {
+        const HeadTensor& x = t == std::string("k_pre") ? d.k_pre : t == std::string("k") ? d.k : d.v;
+        r.rows.push_back({l, h, t, head_stats(x.head(h), x.tokens, x.head_dim, opt.outlier_z)});
+      }
+    }
+    bar.advance();
+  }
+  bar.done();
+  return r;
+}
+
+namespace {
+std::string shorten(std::string s, size_t n) {
+  if (s.size() > n) s = s.substr(0, n - 1) + "~";
+  return s;
+}
+}  // namespace
+
+void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers) {
+  const DumpInfo& I = r.info;
+  fmt::print(out, "Token Norm Imbalance: {} ({}; {} layers, {} query / {} KV heads, head_dim {}, {} tokens, {})\n",
+             r.dump_path, I.model_name, I.n_layers, I.n_heads, I.n_kv_heads, I.head_dim, I.token_count, I.storage_dtype);
+  if (std::isfinite(I.mean_next_token_loss)) fmt::print(out, "passage mean next-token loss: {:.4f} nats\n", I.mean_next_token_loss);
+  fmt::print(out,
+             "TNI = max/min token L2 norm; chan = max channel absmax / median channel absmax; outliers: |robust z| of "
+             "log-norm > 3.5\n\n");
+  fmt::print(out, "{:>5} {:>4} {:<5} | {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>6} {:>7} | {:>6} | {:>4}  {}\n", "layer",
+             "head", "x", "min", "p05", "median", "p95", "max", "max/med", "min/med", "CV", "TNI", "chan", "outl",
+             "strongest outliers (pos 'token' norm/median)");
+  for (const TniRow& row : r.rows) {
+    const NormDistribution& d = row.stats.norms;
+    std::string outl;
+    for (int i = 0; i < std::min<int>(max_outliers, static_cast<int>(row.stats.outliers.size())); ++i) {
+      const OutlierToken& o = row.stats.outliers[i];
+      outl += fmt::format("{}{} '{}' {:.2f}", i ? ", " : "", o.position, shorten(r.token_label(o.position), 12), o.ratio);
+    }
+    const std::string name = row.tensor == "k" ? "K" : row.tensor == "k_pre" ? "Kpre" : "V";
+    fmt::print(out, "{:>5} {:>4} {:<5} | {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} | {:>7.3f} {:>7.3f} {:>6.3f} {:>7.2f} | {:>6.2f} | {:>4}  {}\n",
+               row.layer, row.kv_head, name, d.min, d.p05, d.median, d.p95, d.max, d.max_over_median, d.min_over_median,
+               d.cv, d.tni, row.stats.channels.spread, row.stats.outliers.size(), outl);
+  }
+  // Compact per-layer summary: TNI of K (post-RoPE) and V, worst head.
+  fmt::print(out, "\nTNI summary (worst KV head per layer):\n{:>5} | {:>8} {:>8} | {:>8} {:>8}\n", "layer", "K TNI", "K chan",
+             "V TNI", "V chan");
+  for (int l = 0; l < I.n_layers; ++l) {
+    double kt = 0, kc = 0, vt = 0, vc = 0;
+    for (const TniRow& row : r.rows) {
+      if (row.layer != l) continue;
+      if (row.tensor == "k") kt = std::max(kt, row.stats.norms.tni), kc = std::max(kc, row.stats.channels.spread);
+      if (row.tensor == "v") vt = std::max(vt, row.stats.norms.tni), vc = std::max(vc, row.stats.channels.spread);
+    }
+    fmt::print(out, "{:>5} | {:>8.2f} {:>8.2f} | {:>8.2f} {:>8.2f}\n", l, kt, kc, vt, vc);
+  }
+}
+
+void write_tni_csv(const TniReport& r, const std::string& path) {
+  AtomicOutput out(path);
+  {
+    std::ofstream f(out.temp_path());
+    f << "layer,kv_head,tensor,tokens,min,p01,p05,p25,median,p75,p95,p99,max,mean,cv,max_over_median,min_over_median,tni,"
+         "channel_spread,channel_argmax,channel_median_absmax,n_outliers,top_outlier_position,top_outlier_ratio\n";
+    for (const TniRow& row : r.rows) {
+      const NormDistribution& d = row.stats.norms;
+      const auto& o = row.stats.outliers;
+      f << fmt::format("{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{},{:.6g},{},{},{}\n",
+                       row.layer, row.kv_head, row.tensor, row.stats.token_norms.size(), d.min, d.p01, d.p05, d.p25, d.median,
+                       d.p75, d.p95, d.p99, d.max, d.mean, d.cv, d.max_over_median, d.min_over_median, d.tni,
+                       row.stats.channels.spread, row.stats.channels.argmax_channel, row.stats.channels.median_absmax,
+                       o.size(), o.empty() ? std::string() : std::to_string(o[0].position),
+                       o.empty() ? std::string() : fmt::format("{:.6g}", o[0].ratio));
+    }
+    if (!f.flush()) fail("{}: write failed", path);
+  }
+  out.commit();
+}
+
+void write_tni_json(const TniReport& r, const std::string& path, int max_outliers) {
+  using nlohmann::json;
+  json j;
+  const DumpInfo& I = r.info;
+  j["dump"] = r.dump_path;
+  j["model_name"] = I.model_name;
+  j["checkpoint_sha256"] = I.checkpoint_sha256;
+  j["n_layers"] = I.n_layers;
+  j["n_heads"] = I.n_heads;
+  j["n_kv_heads"] = I.n_kv_heads;
+  j["head_dim"] = I.head_dim;
+  j["token_count"] = I.token_count;
+  j["text_source"] = I.text_source;
+  j["tni_definition"] = "max over tokens of the L2 norm / min over tokens of the L2 norm, per layer, KV head and tensor";
+  if (std::isfinite(I.mean_next_token_loss)) j["mean_next_token_loss"] = I.mean_next_token_loss;
+  j["rows"] = json::array();
+  for (const TniRow& row : r.rows) {
+    const NormDistribution& d = row.stats.norms;
+    json o = json::array();
+    for (int i = 0; i < std::min<int>(max_outliers, static_cast<int>(row.stats.outliers.size())); ++i) {
+      const OutlierToken& t = row.stats.outliers[i];
+      o.push_back({{"position", t.position}, {"token", r.token_label(t.position)}, {"norm", t.norm}, {"norm_over_median", t.ratio},
+                   {"robust_z", std::isfinite(t.robust_z) ? json(t.robust_z) : json(nullptr)}});
+    }
+    j["rows"].push_back({{"layer", row.layer}, {"kv_head", row.kv_head}, {"tensor", row.tensor},
+                         {"norm", {{"min", d.min}, {"p01", d.p01}, {"p05", d.p05}, {"p25", d.p25}, {"median", d.median},
+                                   {"p75", d.p75}, {"p95", d.p95}, {"p99", d.p99}, {"max", d.max}, {"mean", d.mean}, {"cv", d.cv},
+                                   {"max_over_median", d.max_over_median}, {"min_over_median", d.min_over_median}}},
+                         {"tni", d.tni},
+                         {"channel_spread", row.stats.channels.spread},
+                         {"channel_argmax", row.stats.channels.argmax_channel},
+                         {"n_outliers", row.stats.outliers.size()},
+                         {"outliers", o}});
+  }
+  AtomicOutput out(path);
+  {
+    std::ofstream f(out.temp_path());
+    f << j.dump(1) << "\n";
+    if (!f.flush()) fail("{}: write failed", path);
+  }
+  out.commit();
+}
+
+void write_tni_plots(const TniReport& r, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail("{}: cannot create the plot folder ({})", dir, ec.message());
+  {
+    AtomicOutput out(dir + "/token_norms.csv");
+    std::ofstream f(out.temp_path());
+    f << "layer,kv_head,tensor,position,norm\n";
+    for (const TniRow& row : r.rows)
+      for (size_t t = 0; t < row.stats.token_norms.size(); ++t)
+        f << row.layer << ',' << row.kv_head << ',' << row.tensor << ',' << t << ',' << fmt::format("{:.6g}", row.stats.token_norms[t]) << '\n';
+    f.close();
+    out.commit();
+  }
+  {
+    AtomicOutput out(dir + "/channel_absmax.csv");
+    std::ofstream f(out.temp_path());
+    f << "layer,kv_head,tensor,channel,absmax\n";
+    for (const TniRow& row : r.rows)
+      for (size_t c = 0; c < row.stats.channels.absmax.size(); ++c)
+        f << row.layer << ',' << row.kv_head << ',' << row.tensor << ',' << c << ',' << fmt::format("{:.6g}", row.stats.channels.absmax[c]) << '\n';
+    f.close();
+    out.commit();
+  }
+  run_python(plots_script("tni_plots.py"), {dir, r.info.model_name});
+}
+
+}  // namespace oscar

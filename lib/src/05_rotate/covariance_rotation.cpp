@@ -1,0 +1,290 @@
+// covariance_rotation.cpp: OSCAR covariance-aware rotations: per-layer key/value covariances fitted on a
+// calibration dump, their descending eigenbases, the U/H/P compositions, and HDF5 save/load (atomic).
+#include <H5Cpp.h>
+
+#include <Eigen/Eigenvalues>
+#include <algorithm>
+#include <filesystem>
+
+#include "oscar/03_dump/dump.h"
+#include "oscar/01_core/error.h"
+#include "oscar/01_core/h5_attrs.h"
+#include "oscar/01_core/file_io.h"
+#include "oscar/01_core/progress.h"
+#include "oscar/05_rotate/rotation.h"
+
+namespace oscar {
+
+namespace {
+
+inline constexpr const char* kRotFormat = "oscar-kv-rotations";
+inline constexpr int kRotVersion = 1;
+const char* const kOrders[] = {"U", "UP", "UPH", "UHP", "HUP"};
+
+using MapRMf = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
+
+std::string layer_group(int l) { return fmt::format("layer_{:03d}", l); }
+
+Eigen::MatrixXd head_matrix(const HeadTensor& t, int h) {
+  return MapRMf(t.head(h), t.tokens, t.head_dim).cast<double>();
+}
+
+// ---- covariances of one layer ----
+Eigen::MatrixXd key_covariance(const LayerDump& L, int n_kv, int group) {
+  const int d = L.q.head_dim;
+  const double n = static_cast<double>(group) * L.q.tokens;
+  Eigen::MatrixXd C = Eigen::MatrixXd::Zero(d, d);
+  for (int h = 0; h < n_kv; ++h) {
+    Eigen::MatrixXd Ch = Eigen::MatrixXd::Zero(d, d);
+    for (int g = 0; g < group; ++g) {
+      const Eigen::MatrixXd Q = head_matrix(L.q, h * group + g);
+      Ch.noalias() += Q.transpose() * Q;
+    }
+    C += Ch / n;
+  }
+  C /= n_kv;
+  return 0.5 * (C + C.transpose());
+}
+
+Eigen::MatrixXd value_covariance(const LayerDump& L, const Eigen::MatrixXd& CK, int n_kv, const std::string& path) {
+  const int d = L.v.head_dim, T = L.v.tokens;
+  Eigen::MatrixXd C = Eigen::MatrixXd::Zero(d, d);
+  for (int h = 0; h < n_kv; ++h) {
+    const Eigen::MatrixXd K = head_matrix(L.k, h), V = head_matrix(L.v, h);
+    Eigen::VectorXd w = (K * CK).cwiseProduct(K).rowwise().sum();
+    const double mean = w.mean();
+    if (!(mean > 0))
+      fail("{}: layer {} KV head {}: every key is orthogonal to the queries (mean k C_K k^T = {}), so the value "
+           "weights are undefined; calibrate on a longer or different passage",
+           path, L.layer, h, mean);
+    w /= mean;
+    C.noalias() += (V.array().colwise() * w.array()).matrix().transpose() * V / static_cast<double>(T);
+  }
+  C /= n_kv;
+  return 0.5 * (C + C.transpose());
+}
+
+// ---- HDF5 helpers ----
+// Eigen matrices are column-major; the file stores row-major [rows, cols] (C order).
+void put_matrix(H5::Group& g, const char* name, const Eigen::MatrixXd& m) {
+  const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rm = m;
+  hsize_t dims[2] = {static_cast<hsize_t>(m.rows()), static_cast<hsize_t>(m.cols())};
+  H5::DataSet ds = g.createDataSet(name, H5::PredType::IEEE_F64LE, H5::DataSpace(2, dims));
+  ds.write(rm.data(), H5::PredType::NATIVE_DOUBLE);
+}
+void put_vector(H5::Group& g, const char* name, const Eigen::VectorXd& v) {
+  hsize_t n = static_cast<hsize_t>(v.size());
+  H5::DataSet ds = g.createDataSet(name, H5::PredType::IEEE_F64LE, H5::DataSpace(1, &n));
+  ds.write(v.data(), H5::PredType::NATIVE_DOUBLE);
+}
+
+struct Reader : h5::AttrReader {
+  H5::DataSet dataset(const H5::Group& g, const std::string& gname, const char* name, int rank, int d) const {
+    if (!g.nameExists(name))
+      fail("{}: dataset /{}/{} is missing; the rotations file is incomplete: re-run the calibration", path, gname,
+           name);
+    H5::DataSet ds = g.openDataSet(name);
+    if (ds.getTypeClass() != H5T_FLOAT) fail("{}: /{}/{} is not a floating-point dataset", path, gname, name);
+    H5::DataSpace sp = ds.getSpace();
+    hsize_t dims[2] = {0, 0};
+    const int nd = sp.getSimpleExtentNdims();
+    if (nd == rank && nd <= 2) sp.getSimpleExtentDims(dims);
+    const bool ok = nd == rank && dims[0] == static_cast<hsize_t>(d) && (rank == 1 || dims[1] == static_cast<hsize_t>(d));
+    if (!ok)
+      fail("{}: /{}/{} has {} dimensions {}, expected {} (head_dim={}); the file is corrupt or was edited: re-run "
+           "the calibration",
+           path, gname, name, nd, nd == 2 ? fmt::format("[{}, {}]", dims[0], dims[1]) : fmt::format("[{}]", dims[0]),
+           rank == 2 ? fmt::format("[{}, {}]", d, d) : fmt::format("[{}]", d), d);
+    return ds;
+  }
+  Eigen::MatrixXd matrix(const H5::Group& g, const std::string& gname, const char* name, int d) const {
+    H5::DataSet ds = dataset(g, gname, name, 2, d);
+    Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rm(d, d);
+    ds.read(rm.data(), H5::PredType::NATIVE_DOUBLE);
+    if (!rm.allFinite()) fail("{}: /{}/{} holds non-finite values; re-run the calibration", path, gname, name);
+    return rm;
+  }
+  Eigen::VectorXd vector(const H5::Group& g, const std::string& gname, const char* name, int d) const {
+    H5::DataSet ds = dataset(g, gname, name, 1, d);
+    Eigen::VectorXd v(d);
+    ds.read(v.data(), H5::PredType::NATIVE_DOUBLE);
+    if (!v.allFinite()) fail("{}: /{}/{} holds non-finite values; re-run the calibration", path, gname, name);
+    return v;
+  }
+};
+
+void check_consistent(const CovarianceRotations& c, const std::string& path) {
+  const size_t L = static_cast<size_t>(c.n_layers);
+  if (c.n_layers <= 0 || c.head_dim <= 0)
+    fail("internal: saving {} with n_layers={} head_dim={}", path, c.n_layers, c.head_dim);
+  if (c.key_cov.size() != L || c.value_cov.size() != L || c.key_eigenvalues.size() != L ||
+      c.value_eigenvalues.size() != L || c.key_eigenvectors.size() != L || c.value_eigenvectors.size() != L)
+    fail("internal: saving {}: per-layer arrays do not all hold n_layers={} entries", path, c.n_layers);
+  const int d = c.head_dim;
+  for (size_t l = 0; l < L; ++l) {
+    for (const Eigen::MatrixXd* m : {&c.key_cov[l], &c.value_cov[l], &c.key_eigenvectors[l], &c.value_eigenvectors[l]})
+      if (m->rows() != d || m->cols() != d) fail("internal: saving {}: layer {} holds a {}x{} matrix, head_dim {}", path, l, m->rows(), m->cols(), d);
+    if (c.key_eigenvalues[l].size() != d || c.value_eigenvalues[l].size() != d)
+      fail("internal: saving {}: layer {} eigenvalue vectors are not of length head_dim {}", path, l, d);
+  }
+}
+
+}  // namespace
+
+void eigen_descending(const Eigen::MatrixXd& C, Eigen::VectorXd& values, Eigen::MatrixXd& vectors) {
+  if (C.rows() != C.cols() || C.rows() == 0) fail("eigen_descending: matrix is {}x{}, expected square", C.rows(), C.cols());
+  if (!C.allFinite()) fail("eigen_descending: the covariance matrix holds non-finite values");
+  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(C);
+  if (es.info() != Eigen::Success) fail("eigen_descending: the eigensolver did not converge on a {}x{} matrix", C.rows(), C.cols());
+  const Eigen::Index d = C.rows();
+  values.resize(d);
+  vectors.resize(d, d);
+  for (Eigen::Index j = 0; j < d; ++j) {  // Eigen sorts ascending
+    values(j) = es.eigenvalues()(d - 1 - j);
+    Eigen::VectorXd v = es.eigenvectors().col(d - 1 - j);
+    Eigen::Index imax = 0;
+    v.cwiseAbs().maxCoeff(&imax);
+    if (v(imax) < 0) v = -v;
+    vectors.col(j) = v;
+  }
+}
+
+CovarianceRotations fit_covariance_rotations(const DumpReader& calibration, bool progress) {
+  const DumpInfo& I = calibration.info();
+  const int group = I.n_heads / I.n_kv_heads;
+  CovarianceRotations c;
+  c.calibration_path = calibration.path();
+  c.model_name = I.model_name;
+  c.checkpoint_sha256 = I.checkpoint_sha256;
+  c.n_layers = I.n_layers;
+  c.head_dim = I.head_dim;
+  Progress bar("fitting covariance rotations", I.n_layers, progress);
+  for (int l = 0; l < I.n_layers; ++l) {
+    const LayerDump L = calibration.read_layer(l, {"q", "k", "v"});
+    const Eigen::MatrixXd CK = key_covariance(L, I.n_kv_heads, group);
+    const Eigen::MatrixXd CV = value_covariance(L, CK, I.n_kv_heads, calibration.path());
+    Eigen::VectorXd kval, vval;
+    Eigen::MatrixXd kvec, vvec;
+    eigen_descending(CK, kval, kvec);
+    eigen_descending(CV, vval, vvec);
+    c.key_cov.push_back(CK);
+    c.value_cov.push_back(CV);
+    c.key_eigenvalues.push_back(kval);
+    c.value_eigenvalues.push_back(vval);
+    c.key_eigenvectors.push_back(kvec);
+    c.value_eigenvectors.push_back(vvec);
+    bar.advance();
+  }
+  bar.done();
+  return c;
+}
+
+Eigen::MatrixXd covariance_rotation_matrix(const Eigen::MatrixXd& U, const std::string& order) {
+  if (std::find(std::begin(kOrders), std::end(kOrders), order) == std::end(kOrders))
+    fail("unknown covariance rotation order '{}'; valid orders: UHP (OSCAR), U, UP, UPH, HUP", order);
+  if (U.rows() != U.cols() || U.rows() == 0)
+    fail("covariance eigenvectors are {}x{}, expected a square head_dim x head_dim matrix", U.rows(), U.cols());
+  const int d = static_cast<int>(U.rows());
+  const double err = (U.transpose() * U - Eigen::MatrixXd::Identity(d, d)).cwiseAbs().maxCoeff();
+  if (!(err < 1e-6))
+    fail("covariance eigenvectors are not orthonormal (max |U^T U - I| = {:.3g}); the calibration file is corrupt: "
+         "re-run the calibration",
+         err);
+  if (order == "U") return U;
+  const bool needs_h = order.find('H') != std::string::npos;
+  const Eigen::MatrixXd H = needs_h ? make_hadamard(d)->matrix() : Eigen::MatrixXd();
+  const Eigen::MatrixXd P = bit_reversal_permutation(d);
+  if (order == "UP") return U * P;
+  if (order == "UPH") return U * P * H;
+  if (order == "UHP") return U * H * P;
+  return H * U * P;  // HUP
+}
+
+void save_covariance_rotations(const CovarianceRotations& c, const std::string& path) {
+  check_consistent(c, path);
+  h5::silence();
+  AtomicOutput out(path);
+  try {
+    H5::H5File f(out.temp_path().string(), H5F_ACC_TRUNC);
+    h5::put_str(f, "format", kRotFormat);
+    h5::put_i64(f, "format_version", kRotVersion);
+    h5::put_str(f, "model_name", c.model_name);
+    h5::put_str(f, "checkpoint_sha256", c.checkpoint_sha256);
+    h5::put_str(f, "calibration_path", c.calibration_path);
+    h5::put_i64(f, "n_layers", c.n_layers);
+    h5::put_i64(f, "head_dim", c.head_dim);
+    for (int l = 0; l < c.n_layers; ++l) {
+      H5::Group g = f.createGroup(layer_group(l));
+      put_matrix(g, "key_cov", c.key_cov[l]);
+      put_matrix(g, "value_cov", c.value_cov[l]);
+      put_vector(g, "key_eigenvalues", c.key_eigenvalues[l]);
+      put_vector(g, "value_eigenvalues", c.value_eigenvalues[l]);
+      put_matrix(g, "key_eigenvectors", c.key_eigenvectors[l]);
+      put_matrix(g, "value_eigenvectors", c.value_eigenvectors[l]);
+    }
+    f.close();
+  } catch (const H5::Exception& e) {
+    fail("{}: writing the rotations file failed ({}); is the disk full?", path, e.getDetailMsg());
+  }
+  out.commit();
+}
+
+CovarianceRotations load_covariance_rotations(const std::string& path) {
+  h5::silence();
+  {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec))
+      fail("{}: no such file; fit the covariance rotations first (calibration) or fix the path", path);
+    if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, expected an HDF5 rotations file", path);
+  }
+  if (H5::H5File::isHdf5(path.c_str()) <= 0)
+    fail("{}: not an HDF5 file, or truncated or corrupt (no valid HDF5 signature); re-run the calibration", path);
+  CovarianceRotations c;
+  try {
+    const H5::H5File f(path, H5F_ACC_RDONLY);
+    const Reader R{{f, path, "this is not an oscar-kv rotations file (re-run the calibration)"}};
+    const std::string format = R.str("format");
+    if (format != kRotFormat) fail("{}: attribute format='{}', expected '{}'", path, format, kRotFormat);
+    const long long version = R.i64("format_version");
+    if (version != kRotVersion)
+      fail("{}: rotations format version {} is not supported (this build reads {})", path, version, kRotVersion);
+    c.model_name = R.str("model_name");
+    c.checkpoint_sha256 = R.str("checkpoint_sha256");
+    c.calibration_path = R.str("calibration_path");
+    const long long L = R.i64("n_layers"), d = R.i64("head_dim");
+    if (L <= 0 || d <= 0 || L > 100000 || d > 65536)
+      fail("{}: attributes n_layers={} head_dim={} are out of range", path, L, d);
+    c.n_layers = static_cast<int>(L);
+    c.head_dim = static_cast<int>(d);
+    for (int l = 0; l < c.n_layers; ++l) {
+      const std::string gname = layer_group(l);
+      if (!f.nameExists(gname))
+        fail("{}: group /{} is missing (n_layers={}); the rotations file is incomplete: re-run the calibration", path,
+             gname, c.n_layers);
+      const H5::Group g = f.openGroup(gname);
+      c.key_cov.push_back(R.matrix(g, gname, "key_cov", c.head_dim));
+      c.value_cov.push_back(R.matrix(g, gname, "value_cov", c.head_dim));
+      c.key_eigenvalues.push_back(R.vector(g, gname, "key_eigenvalues", c.head_dim));
+      c.value_eigenvalues.push_back(R.vector(g, gname, "value_eigenvalues", c.head_dim));
+      c.key_eigenvectors.push_back(R.matrix(g, gname, "key_eigenvectors", c.head_dim));
+      c.value_eigenvectors.push_back(R.matrix(g, gname, "value_eigenvectors", c.head_dim));
+    }
+  } catch (const H5::Exception& e) {
+    fail("{}: HDF5 error while reading the rotations file ({}); it is truncated or corrupt: re-run the calibration",
+         path, e.getDetailMsg());
+  }
+  return c;
+}
+
+void check_calibration_matches(const CovarianceRotations& c, const DumpInfo& eval, const std::string& eval_path) {
+  if (c.model_name != eval.model_name || c.checkpoint_sha256 != eval.checkpoint_sha256)
+    fail("calibration {} was fitted on model {} (sha {}) but dump {} comes from model {} (sha {}); calibrate on a "
+         "dump of the same model",
+         c.calibration_path, c.model_name, c.checkpoint_sha256, eval_path, eval.model_name, eval.checkpoint_sha256);
+  if (c.head_dim != eval.head_dim || c.n_layers != eval.n_layers)
+    fail("calibration {} has head_dim {} and {} layers but dump {} has head_dim {} and {} layers; calibrate on a dump "
+         "of the same model",
+         c.calibration_path, c.head_dim, c.n_layers, eval_path, eval.head_dim, eval.n_layers);
+}
+
+}  // namespace oscar

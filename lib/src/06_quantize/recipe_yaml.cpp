@@ -1,0 +1,217 @@
+// recipe_yaml.cpp: strict YAML parsing of recipes (unknown keys and bad values name file and line).
+#include "oscar/06_quantize/recipe_yaml.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "oscar/01_core/error.h"
+#include "oscar/fwht_math.h"
+#include "oscar/06_quantize/quantizer.h"
+
+namespace fs = std::filesystem;
+
+namespace oscar {
+
+namespace {
+
+std::string where(const YAML::Node& n, const std::string& file) { return yaml_where(n, file); }
+void check_keys(const YAML::Node& n, const std::string& file, const std::string& what, const std::vector<std::string>& allowed) {
+  yaml_check_keys(n, file, what, allowed);
+}
+
+template <class T>
+T get(const YAML::Node& n, const std::string& file, const std::string& key) {
+  try {
+    return n.as<T>();
+  } catch (const YAML::Exception&) {
+    fail("{}: bad value '{}' for '{}'", where(n, file), YAML::Dump(n), key);
+  }
+}
+
+ScaleDtype parse_dtype(const YAML::Node& n, const std::string& file, const std::string& key) {
+  const auto s = get<std::string>(n, file, key);
+  if (s == "fp16" || s == "float16") return ScaleDtype::F16;
+  if (s == "bf16" || s == "bfloat16") return ScaleDtype::BF16;
+  if (s == "fp32" || s == "float32") return ScaleDtype::F32;
+  fail("{}: '{}' = '{}' is not a storage dtype; use fp16, bf16 or fp32", where(n, file), key, s);
+}
+
+void parse_tensor(const YAML::Node& n, const std::string& file, const std::string& what, TensorQuant& q) {
+  check_keys(n, file, what, {"bits", "axis", "group", "symmetric", "clip", "clip_search", "scale_dtype", "rounding", "codebook"});
+  if (n["bits"]) q.bits = get<int>(n["bits"], file, "bits");
+  if (n["axis"]) {
+    const auto a = get<std::string>(n["axis"], file, "axis");
+    if (a == "token") q.axis = QuantAxis::PerToken;
+    else if (a == "channel") q.axis = QuantAxis::PerChannel;
+    else fail("{}: axis '{}' unknown; use token or channel", where(n["axis"], file), a);
+  }
+  if (n["group"]) {
+    if (n["group"].IsScalar() && n["group"].Scalar() == "head_dim") q.group = 0;
+    else {
+      q.group = get<int>(n["group"], file, "group");
+      if (q.group <= 0) fail("{}: group {} must be positive (or head_dim)", where(n["group"], file), q.group);
+    }
+  }
+  if (n["symmetric"]) q.symmetric = get<bool>(n["symmetric"], file, "symmetric");
+  if (n["clip"]) {
+    q.clip_ratio = get<float>(n["clip"], file, "clip");
+    if (!(q.clip_ratio > 0.f && q.clip_ratio <= 1.f)) fail("{}: clip {} must be in (0, 1]", where(n["clip"], file), q.clip_ratio);
+  }
+  if (n["clip_search"]) q.clip_search = get<bool>(n["clip_search"], file, "clip_search");
+  if (n["scale_dtype"]) q.scale_dtype = parse_dtype(n["scale_dtype"], file, "scale_dtype");
+  if (n["rounding"]) {
+    const auto r = get<std::string>(n["rounding"], file, "rounding");
+    if (r == "half-even") q.rounding = Rounding::HalfEven;
+    else if (r == "half-away") q.rounding = Rounding::HalfAway;
+    else fail("{}: rounding '{}' unknown; use half-even or half-away", where(n["rounding"], file), r);
+  }
+  if (n["codebook"]) {
+    const auto c = get<std::string>(n["codebook"], file, "codebook");
+    if (c == "uniform") q.codebook = Codebook::Uniform;
+    else if (c == "lloyd-max") q.codebook = Codebook::LloydMax;
+    else fail("{}: codebook '{}' unknown; use uniform or lloyd-max", where(n["codebook"], file), c);
+  }
+}
+
+void parse_rotation(const YAML::Node& n, const std::string& file, const std::string& what, RotationSpec& r) {
+  check_keys(n, file, what, {"kind", "seed", "order"});
+  if (n["kind"]) {
+    const auto k = get<std::string>(n["kind"], file, "kind");
+    if (k == "none") r.kind = RotationKind::None;
+    else if (k == "hadamard") r.kind = RotationKind::Hadamard;
+    else if (k == "randomized-hadamard") r.kind = RotationKind::RandomizedHadamard;
+    else if (k == "random") r.kind = RotationKind::RandomOrthogonal;
+    else if (k == "covariance") r.kind = RotationKind::Covariance;
+    else fail("{}: rotation kind '{}' unknown; use none, hadamard, randomized-hadamard, random or covariance", where(n["kind"], file), k);
+  }
+  if (n["seed"]) r.seed = get<uint64_t>(n["seed"], file, "seed");
+  if (n["order"]) {
+    r.order = get<std::string>(n["order"], file, "order");
+    static const std::set<std::string> orders{"UHP", "U", "UP", "UPH", "HUP"};
+    if (!orders.count(r.order)) fail("{}: covariance order '{}' unknown; use UHP, U, UP, UPH or HUP", where(n["order"], file), r.order);
+  }
+}
+
+}  // namespace
+
+std::string yaml_where(const YAML::Node& n, const std::string& file) {
+  const auto m = n.Mark();
+  return m.line >= 0 ? fmt::format("{}:{}", file, m.line + 1) : file;
+}
+
+void yaml_check_keys(const YAML::Node& n, const std::string& file, const std::string& what,
+                     const std::vector<std::string>& allowed) {
+  if (!n.IsMap()) fail("{}: {} must be a map of key: value", yaml_where(n, file), what);
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      fail("{}: unknown key '{}' in {}; expected one of: {}", yaml_where(it->first, file), k, what, list);
+    }
+  }
+}
+
+RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeFile base) {
+  check_keys(node, file, "a recipe",
+             {"name", "source", "bits", "key_rotation", "value_rotation", "omni_token_scaling", "norm_dtype", "key", "value",
+              "windows", "preset"});
+  RecipeFile out = std::move(base);
+  Recipe& r = out.recipe;
+  if (node["name"]) r.name = get<std::string>(node["name"], file, "name");
+  if (node["source"]) r.source = get<std::string>(node["source"], file, "source");
+  if (node["bits"]) {
+    const YAML::Node b = node["bits"];
+    out.bits.clear();
+    if (b.IsSequence())
+      for (const auto& x : b) out.bits.push_back(get<int>(x, file, "bits"));
+    else out.bits.push_back(get<int>(b, file, "bits"));
+    for (int x : out.bits)
+      if (!((x >= 1 && x <= 8) || x == 16)) fail("{}: bits {} out of range; use 1..8 (or 16 for fp16)", where(b, file), x);
+  }
+  if (node["key_rotation"]) parse_rotation(node["key_rotation"], file, "key_rotation", r.key_rotation);
+  if (node["value_rotation"]) parse_rotation(node["value_rotation"], file, "value_rotation", r.value_rotation);
+  if (node["omni_token_scaling"]) r.omni_token_scaling = get<bool>(node["omni_token_scaling"], file, "omni_token_scaling");
+  if (node["norm_dtype"]) r.norm_dtype = parse_dtype(node["norm_dtype"], file, "norm_dtype");
+  if (node["key"]) parse_tensor(node["key"], file, "key", r.key);
+  if (node["value"]) parse_tensor(node["value"], file, "value", r.value);
+  if (node["windows"]) {
+    const YAML::Node w = node["windows"];
+    check_keys(w, file, "windows", {"sink", "recent", "residual", "dtype"});
+    if (w["sink"]) r.windows.sink = get<int>(w["sink"], file, "sink");
+    if (w["recent"]) r.windows.recent = get<int>(w["recent"], file, "recent");
+    if (w["residual"]) r.windows.residual = get<int>(w["residual"], file, "residual");
+    if (w["dtype"]) r.windows.window_dtype = parse_dtype(w["dtype"], file, "dtype");
+    if (r.windows.sink < 0 || r.windows.recent < 0 || r.windows.residual < 0)
+      fail("{}: window sizes must be >= 0", where(w, file));
+  }
+  if (r.name.empty()) fail("{}: a recipe needs a name", where(node, file));
+  if (out.bits.empty()) {  // a recipe that names no widths: its own, else the usual low-bit range
+    const bool fixed = r.key.bits < 16 || (node["key"] && node["key"]["bits"]) || (node["value"] && node["value"]["bits"]);
+    out.bits = fixed ? std::vector<int>{r.key.bits} : std::vector<int>{2, 3, 4};
+  }
+  return out;
+}
+
+RecipeFile load_recipe_file(const std::string& path) {
+  YAML::Node n;
+  try {
+    n = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    fail("{}: cannot read the recipe file (missing or unreadable)", path);
+  } catch (const YAML::ParserException& e) {
+    fail("{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.msg);
+  }
+  return parse_recipe(n, path);
+}
+
+std::string presets_dir() {
+  const char* env = std::getenv("OSCAR_PRESETS_DIR");
+  return env ? env : OSCAR_SOURCE_DIR "/experiments/presets";
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(presets_dir(), ec))
+    if (e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+RecipeFile load_preset(const std::string& name) {
+  const fs::path p = fs::path(presets_dir()) / (name + ".yaml");
+  if (!fs::exists(p)) {
+    std::string list;
+    for (const auto& n : preset_names()) list += (list.empty() ? "" : ", ") + n;
+    fail("unknown preset '{}'; presets are: {} (in {})", name, list, presets_dir());
+  }
+  return load_recipe_file(p.string());
+}
+
+Recipe resolve_recipe(const Recipe& in, int bits, int head_dim) {
+  Recipe r = in;
+  for (TensorQuant* q : {&r.key, &r.value}) {
+    if (q->bits < 16 || bits < 16) q->bits = bits;
+    if (q->group == 0) q->group = head_dim;
+    if (q->quantized() && q->codebook == Codebook::Uniform && q->axis == QuantAxis::PerToken && head_dim % q->group != 0)
+      fail("recipe {}: group size {} does not divide head_dim {}; use a divisor of {} (or group: head_dim)", r.name, q->group,
+           head_dim, head_dim);
+    if (q->quantized()) validate_spec(*q, q->axis == QuantAxis::PerChannel ? q->group : 1, head_dim);
+  }
+  for (const RotationSpec* s : {&r.key_rotation, &r.value_rotation}) {
+    const bool needs_pow2 = s->kind == RotationKind::Hadamard || s->kind == RotationKind::RandomizedHadamard ||
+                            (s->kind == RotationKind::Covariance && s->order != "U");
+    if (needs_pow2 && !is_power_of_two(head_dim))
+      fail("recipe {}: head_dim {} is not a power of two, which its Hadamard rotation needs; use rotation none, random, or "
+           "covariance with order U",
+           r.name, head_dim);
+  }
+  if (r.name.find('@') == std::string::npos && bits < 16) r.name = fmt::format("{}@{}", r.name, bits);
+  return r;
+}
+
+
+}  // namespace oscar

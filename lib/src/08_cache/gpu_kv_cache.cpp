@@ -1,0 +1,283 @@
+// gpu_kv_cache.cpp: the recipe check, the device buffers (one oscar_kv_cache or oscar_omni_cache per layer,
+// batch 1), and
+// per token: host rotation and bf16 rounding, one upload, oscar_kv_append, oscar_kv_decode, one download,
+// host un-rotation.
+#include "oscar/08_cache/gpu_kv_cache.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "oscar/01_core/error.h"
+#include "oscar/float_formats.h"
+#include "oscar/omni_format.h"
+#include "oscar_kv.h"
+
+namespace oscar {
+
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+void cuda_check(cudaError_t e, const char* call) {
+  if (e != cudaSuccess) fail("GpuKvCache: {} failed: {} ({})", call, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+#define OSCAR_CUDA(call) cuda_check((call), #call)
+
+void status_check(oscar_status s, const oscar_error& err, const char* call, int layer) {
+  if (s != OSCAR_OK) fail("GpuKvCache: {} on layer {} failed: {} ({})", call, layer, err.message, oscar_status_name(s));
+}
+
+const char* dtype_label(ScaleDtype t) {
+  switch (t) {
+    case ScaleDtype::F16: return "fp16";
+    case ScaleDtype::BF16: return "bf16";
+    default: return "fp32";
+  }
+}
+
+// Why tensor `q` cannot be served by a kernel format that stores it on `axis` in groups of `group`
+// (token-wise: channels; channel-wise: tokens) with clip `clip` (< 0: any); empty when it can.
+std::string tensor_reason(const TensorQuant& q, const char* what, QuantAxis axis, int group, float clip) {
+  if (!q.quantized()) return fmt::format("{} are kept in fp16 while the other tensor is quantized", what);
+  if (q.bits != 2 && q.bits != 4) return fmt::format("{} at {} bits, the kernels have 2 and 4", what, q.bits);
+  if (q.codebook != Codebook::Uniform) return fmt::format("{} use the Lloyd-Max codebook", what);
+  if (q.axis != axis) return fmt::format("{} are quantized per {}", what, q.axis == QuantAxis::PerChannel ? "channel" : "token");
+  if (q.group != group)
+    return fmt::format("{} in groups of {} {}, the kernels use {}", what, q.group, axis == QuantAxis::PerToken ? "channels" : "tokens", group);
+  if (q.symmetric) return fmt::format("{} are quantized symmetrically, the kernels are asymmetric", what);
+  if (q.clip_search) return fmt::format("{} use a clip search", what);
+  if (clip >= 0 && q.clip_ratio != clip) return fmt::format("{} clipped at {}, the kernels of this format at {}", what, q.clip_ratio, clip);
+  if (q.scale_dtype != ScaleDtype::F16) return fmt::format("{} have {} scales, the kernels store fp16", what, dtype_label(q.scale_dtype));
+  if (q.rounding != Rounding::HalfEven) return fmt::format("{} round half away from zero, the kernels round half to even", what);
+  return {};
+}
+
+// The oscar-cov kernel format: token-wise groups of head_dim, BF16 sink + recent windows.
+std::string cov_reason(const Recipe& r, int hd) {
+  if (auto s = tensor_reason(r.key, "keys", QuantAxis::PerToken, hd, -1); !s.empty()) return s;
+  if (auto s = tensor_reason(r.value, "values", QuantAxis::PerToken, hd, -1); !s.empty()) return s;
+  if (r.key.bits != r.value.bits) return fmt::format("keys at {} bits and values at {}", r.key.bits, r.value.bits);
+  if (r.omni_token_scaling) return "keys are scaled by their token norm (Omni-Token Scaling)";
+  if (r.windows.residual != 0) return fmt::format("a residual block of {} tokens", r.windows.residual);
+  if (r.windows.recent <= 0) return "no recent window, the kernels keep one of at least one token";
+  if (r.windows.sink < 0) return "a negative sink";
+  if (r.windows.window_dtype != ScaleDtype::BF16)
+    return fmt::format("{} windows, the kernels keep them in bf16", dtype_label(r.windows.window_dtype));
+  return {};
+}
+
+// The oscar-omni kernel format (omni_format.h): keys per channel over 32 tokens with fp16 token norms,
+// values per token in groups of 32 channels, clip 1, BF16 residual block of 128, no sink or recent window.
+std::string omni_reason(const Recipe& r) {
+  if (auto s = tensor_reason(r.key, "keys", QuantAxis::PerChannel, omnifmt::kKeyBlock, 1.0f); !s.empty()) return s;
+  if (auto s = tensor_reason(r.value, "values", QuantAxis::PerToken, omnifmt::kValueGroup, 1.0f); !s.empty()) return s;
+  if (r.key.bits != r.value.bits) return fmt::format("keys at {} bits and values at {}", r.key.bits, r.value.bits);
+  if (!r.omni_token_scaling) return "per-channel keys without Omni-Token Scaling";
+  if (r.norm_dtype != ScaleDtype::F16) return fmt::format("{} token norms, the kernels store fp16", dtype_label(r.norm_dtype));
+  if (r.windows.residual != omnifmt::kResidual) return fmt::format("a residual block of {} tokens, the kernels use {}", r.windows.residual, omnifmt::kResidual);
+  if (r.windows.sink != 0 || r.windows.recent != 0) return "sink or recent windows besides the residual block";
+  if (r.windows.window_dtype != ScaleDtype::BF16)
+    return fmt::format("{} windows, the kernels keep them in bf16", dtype_label(r.windows.window_dtype));
+  return {};
+}
+
+}  // namespace
+
+bool gpu_uses_omni_format(const Recipe& r) { return r.omni_token_scaling || r.key.axis == QuantAxis::PerChannel; }
+
+std::string gpu_unsupported_reason(const Recipe& r, const ModelConfig& c) {
+  const int hd = c.head_dim();
+  if (hd != 128) return fmt::format("the model's head_dim is {}", hd);
+  if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0 || c.n_heads / c.n_kv_heads > 8)
+    return fmt::format("{} query heads on {} KV heads, at most 8 per KV head", c.n_heads, c.n_kv_heads);
+  return gpu_uses_omni_format(r) ? omni_reason(r) : cov_reason(r, hd);
+}
+
+void require_cuda_device() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0)
+    fail("no CUDA device: --gpu attends on the GPU and none is visible (cudaGetDeviceCount: {}); run without --gpu",
+         e != cudaSuccess ? std::string(cudaGetErrorString(e)) : std::string("0 devices"));
+}
+
+// Device memory of every layer, one staging buffer for the uploads (k, v, q as bf16; two lengths) and
+// the decode output and workspace, shared by the layers (one stream, synchronous per token).
+struct GpuKvCache::Device {
+  bool omni = false;
+  std::vector<oscar_kv_cache> layers;        // oscar-cov format
+  std::vector<oscar_omni_cache> omni_layers;  // oscar-omni format
+  std::vector<void*> owned;
+  size_t off_v = 0, off_q = 0, off_len = 0, staging_bytes = 0;
+  std::vector<unsigned char> host;  // the staging buffer's host twin
+  void* staging = nullptr;
+  float* out = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::vector<float> out_host, row;
+
+  void* alloc(size_t bytes) {
+    void* p = nullptr;
+    if (bytes == 0) return nullptr;
+    OSCAR_CUDA(cudaMalloc(&p, bytes));
+    owned.push_back(p);
+    OSCAR_CUDA(cudaMemset(p, 0, bytes));
+    return p;
+  }
+  void grow_workspace(size_t bytes) {
+    std::erase(owned, workspace);
+    OSCAR_CUDA(cudaFree(workspace));
+    workspace = nullptr;
+    workspace = alloc(bytes);
+    workspace_bytes = bytes;
+  }
+  ~Device() {
+    for (void* p : owned) cudaFree(p);  // no throw from a destructor; errors surfaced by earlier calls
+  }
+};
+
+GpuKvCache::GpuKvCache(const ModelConfig& c, const Recipe& recipe, const CovarianceRotations* calib, int capacity)
+    : KvCache(c), recipe_(recipe), n_heads_(c.n_heads), n_kv_(c.n_kv_heads), head_dim_(c.head_dim()), capacity_(capacity),
+      on_device_(c.n_layers, 0), dev_(std::make_unique<Device>()) {
+  if (const std::string why = gpu_unsupported_reason(recipe, c); !why.empty())
+    fail("recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu", recipe.name, why, kGpuSupported);
+  if (recipe.calibrated() && !calib) fail("recipe {} needs calibration rotations (a calibration passage)", recipe.name);
+  if (capacity < 1) fail("internal: GpuKvCache capacity {} must be positive", capacity);
+  require_cuda_device();
+  for (int l = 0; l < c.n_layers; ++l) rot_.push_back(layer_rotations(recipe, head_dim_, l, calib));
+
+  Device& d = *dev_;
+  const int bits = recipe.key.bits, D = head_dim_;
+  const size_t H = static_cast<size_t>(n_kv_);
+  d.omni = gpu_uses_omni_format(recipe);
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (d.omni) {
+      oscar_omni_cache k{};
+      const int64_t body = (static_cast<int64_t>(capacity) + omnifmt::kResidual - 1) / omnifmt::kResidual * omnifmt::kResidual;
+      k.batch = 1;
+      k.num_kv_heads = n_kv_;
+      k.head_dim = D;
+      k.bits = bits;
+      k.body_capacity = body;
+      k.k_res = d.alloc(H * omnifmt::kResidual * D * 2);
+      k.v_res = d.alloc(H * omnifmt::kResidual * D * 2);
+      k.k_codes = d.alloc(H * body * D * bits / 8);
+      k.v_codes = d.alloc(H * body * D * bits / 8);
+      k.k_params = d.alloc(H * (body / omnifmt::kKeyBlock) * D * 4);
+      k.v_params = d.alloc(H * body * (D / omnifmt::kValueGroup) * 4);
+      k.k_norms = d.alloc(body * 2);
+      if (oscar_omni_capacity(&k) < capacity) fail("internal: GpuKvCache holds {} tokens, {} needed", oscar_omni_capacity(&k), capacity);
+      d.omni_layers.push_back(k);
+      continue;
+    }
+    const int S = recipe.windows.sink, W = recipe.windows.recent;
+    const int64_t body = std::max<int64_t>(0, static_cast<int64_t>(capacity) - S - W);
+    oscar_kv_cache k{};
+    k.batch = 1;
+    k.num_kv_heads = n_kv_;
+    k.head_dim = D;
+    k.bits = bits;
+    k.sink = S;
+    k.recent = W;
+    k.body_capacity = body;
+    k.clip_k = recipe.key.clip_ratio;
+    k.clip_v = recipe.value.clip_ratio;
+    k.k_sink = d.alloc(H * S * D * 2);
+    k.v_sink = d.alloc(H * S * D * 2);
+    k.k_recent = d.alloc(H * W * D * 2);
+    k.v_recent = d.alloc(H * W * D * 2);
+    k.k_codes = d.alloc(H * body * D * bits / 8);
+    k.v_codes = d.alloc(H * body * D * bits / 8);
+    k.k_params = d.alloc(H * body * 4);
+    k.v_params = d.alloc(H * body * 4);
+    if (oscar_kv_capacity(&k) < capacity) fail("internal: GpuKvCache holds {} tokens, {} needed", oscar_kv_capacity(&k), capacity);
+    d.layers.push_back(k);
+  }
+  const size_t kv_bytes = H * D * 2, q_bytes = static_cast<size_t>(n_heads_) * D * 2;
+  d.off_v = align_up(kv_bytes);
+  d.off_q = d.off_v + align_up(kv_bytes);
+  d.off_len = d.off_q + align_up(q_bytes);
+  d.staging_bytes = d.off_len + 2 * sizeof(int32_t);
+  d.host.assign(d.staging_bytes, 0);
+  d.staging = d.alloc(d.staging_bytes);
+  d.out = static_cast<float*>(d.alloc(static_cast<size_t>(n_heads_) * D * sizeof(float)));
+  d.out_host.resize(static_cast<size_t>(n_heads_) * D);
+  d.row.resize(D);
+  d.workspace_bytes = std::max<size_t>(oscar_kv_decode_workspace_bytes(1, n_heads_, n_kv_, D, capacity, 1), kAlign);
+  d.workspace = d.alloc(d.workspace_bytes);
+}
+
+GpuKvCache::~GpuKvCache() = default;
+
+void GpuKvCache::attention_view(int layer, const MatrixRM*&, const MatrixRM*&) {
+  fail("internal: GpuKvCache attends on the GPU (attend()); it has no host view of layer {}", layer);
+}
+
+bool GpuKvCache::attend(int layer, const MatrixRM& q, MatrixRM& out) {
+  Device& d = *dev_;
+  const int n = static_cast<int>(q.rows()), D = head_dim_;
+  const int first = rows_[layer] - n;  // host rows [first, rows_) are this chunk's keys and values
+  if (first != on_device_[layer] || q.cols() != static_cast<Eigen::Index>(n_heads_) * D)
+    fail("internal: GpuKvCache layer {}: {} queries for rows {}..{}, {} tokens on the device", layer, n, first, rows_[layer],
+         on_device_[layer]);
+  const LayerRotations& rot = rot_[layer];
+  auto* kdst = reinterpret_cast<uint16_t*>(d.host.data());
+  auto* vdst = reinterpret_cast<uint16_t*>(d.host.data() + d.off_v);
+  auto* qdst = reinterpret_cast<uint16_t*>(d.host.data() + d.off_q);
+  auto* lens = reinterpret_cast<int32_t*>(d.host.data() + d.off_len);
+  unsigned char* dbase = static_cast<unsigned char*>(d.staging);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // Rotates row segment `src` (D floats) by `r` (inverse when `inverse`) into d.row.
+  auto rotate = [&](const float* src, const Rotation& r, bool inverse) {
+    std::memcpy(d.row.data(), src, sizeof(float) * D);
+    inverse ? r.apply_inverse(d.row.data(), 1) : r.apply(d.row.data(), 1);
+  };
+  for (int t = 0; t < n; ++t) {
+    const int L = on_device_[layer], row = first + t;
+    if (L + 1 > capacity_) fail("GpuKvCache: token {} is beyond the {} tokens the cache was sized for", L, capacity_);
+    for (int h = 0; h < n_kv_; ++h) {
+      rotate(&k_[layer](row, h * D), *rot.key, false);
+      for (int i = 0; i < D; ++i) kdst[h * D + i] = float_to_bf16_bits(d.row[i]);
+      rotate(&v_[layer](row, h * D), *rot.value, false);
+      for (int i = 0; i < D; ++i) vdst[h * D + i] = float_to_bf16_bits(d.row[i]);
+    }
+    for (int h = 0; h < n_heads_; ++h) {
+      rotate(&q(t, h * D), *rot.key, false);
+      for (int i = 0; i < D; ++i) qdst[h * D + i] = float_to_bf16_bits(d.row[i]);
+    }
+    lens[0] = L;      // append writes token L
+    lens[1] = L + 1;  // decode attends to tokens 0..L
+    OSCAR_CUDA(cudaMemcpy(d.staging, d.host.data(), d.staging_bytes, cudaMemcpyHostToDevice));
+    const auto* dlens = reinterpret_cast<const int32_t*>(dbase + d.off_len);
+    oscar_error err{};
+    if (d.omni)
+      status_check(oscar_omni_append(&d.omni_layers[layer], dbase, dbase + d.off_v, dlens, L, nullptr, &err), err, "oscar_omni_append", layer);
+    else
+      status_check(oscar_kv_append(&d.layers[layer], dbase, dbase + d.off_v, dlens, L, nullptr, &err), err, "oscar_kv_append", layer);
+    if (const size_t need = oscar_kv_decode_workspace_bytes(1, n_heads_, n_kv_, D, L + 1, 1); need > d.workspace_bytes)
+      d.grow_workspace(need);  // sized for the capacity at construction; grown if a shorter length needs more
+    if (d.omni)
+      status_check(oscar_omni_decode(&d.omni_layers[layer], dbase + d.off_q, n_heads_, dlens + 1, L + 1, scale, d.out, d.workspace,
+                                     d.workspace_bytes, nullptr, &err),
+                   err, "oscar_omni_decode", layer);
+    else
+      status_check(oscar_kv_decode(&d.layers[layer], dbase + d.off_q, n_heads_, dlens + 1, L + 1, scale, d.out, d.workspace,
+                                   d.workspace_bytes, nullptr, &err),
+                   err, "oscar_kv_decode", layer);
+    OSCAR_CUDA(cudaMemcpy(d.out_host.data(), d.out, d.out_host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    OSCAR_CUDA(cudaGetLastError());
+    for (int h = 0; h < n_heads_; ++h) {
+      rotate(&d.out_host[static_cast<size_t>(h) * D], *rot.value, true);
+      for (int i = 0; i < D; ++i) out(t, h * D + i) = d.row[i];
+    }
+    on_device_[layer] = L + 1;
+  }
+  return true;
+}
+
+}  // namespace oscar
