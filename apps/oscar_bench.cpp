@@ -16,7 +16,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include "oscar/kv_cache_format.h"
+#include "oscar/cov_format.h"
 #include "oscar/omni_format.h"
 #include "oscar_kv.h"
 
@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
     if (oscar_device_count() == 0) throw std::runtime_error("no CUDA device visible");
     cudaDeviceProp prop{};
     CUDA_OK(cudaGetDeviceProperties(&prop, 0));
-    const int D = 128, S = oscar::kvfmt::kDefaultSink, W = oscar::kvfmt::kDefaultRecent;
+    const int D = 128, S = oscar::covfmt::kDefaultSink, W = oscar::covfmt::kDefaultRecent;
     const double min_bytes = 256e6;
     std::mt19937 rng(1);
     std::vector<uint16_t> chunk;
@@ -164,8 +164,8 @@ int main(int argc, char** argv) {
         CUDA_OK(cudaMalloc(&out, size_t(B) * hq * D * 4));
         const float scale = 1.0f / std::sqrt(float(D));
 
-        const size_t ws16 = oscar_kv_decode_workspace_bytes(B, hq, hkv, D, ctx, 0);
-        const size_t wsq = oscar_kv_decode_workspace_bytes(B, hq, hkv, D, ctx, 1);
+        const size_t ws16 = oscar_decode_workspace_bytes(B, hq, hkv, D, ctx, 0);
+        const size_t wsq = oscar_decode_workspace_bytes(B, hq, hkv, D, ctx, 1);
         void* ws;
         CUDA_OK(cudaMalloc(&ws, std::max(ws16, wsq)));
         const double bf16_read = double(bf16_bytes);
@@ -184,9 +184,9 @@ int main(int argc, char** argv) {
           void* base[8];
           for (int i = 0; i < 8; ++i) CUDA_OK(cudaMalloc(&base[i], sz[i] * nrot + 16));
           auto view = [&](int r) {
-            oscar_kv_cache c{};
+            oscar_cov_cache c{};
             c.batch = B; c.num_kv_heads = hkv; c.head_dim = D; c.bits = bits; c.sink = S; c.recent = W; c.body_capacity = cap;
-            c.clip_k = oscar::kvfmt::kClipK; c.clip_v = oscar::kvfmt::kClipV;
+            c.clip_k = oscar::covfmt::kClipK; c.clip_v = oscar::covfmt::kClipV;
             void** p[8] = {&c.k_sink, &c.v_sink, &c.k_recent, &c.v_recent, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params};
             for (int i = 0; i < 8; ++i) *p[i] = static_cast<char*>(base[i]) + sz[i] * r;
             return c;
@@ -198,16 +198,16 @@ int main(int argc, char** argv) {
           const double uspre = time_median_us(
               [&](int i) {
                 const int r = i % nrot;
-                const oscar_kv_cache c = view(r);
-                OSCAR_OK_(oscar_kv_prefill(&c, k16 + size_t(r) * per, v16 + size_t(r) * per, lens, ctx, nullptr, &err_));
+                const oscar_cov_cache c = view(r);
+                OSCAR_OK_(oscar_cov_prefill(&c, k16 + size_t(r) * per, v16 + size_t(r) * per, lens, ctx, nullptr, &err_));
               },
               nrot, std::max(reps / 2, nrot));
           prefill.push_back({B, ctx, "int" + std::to_string(bits) + " oscar-cov", uspre, pre_read, pre_write});
-          const double read = double(bh) * oscar::kvfmt::decode_read_bytes(ctx, D, bits, S, W);
+          const double read = double(bh) * oscar::covfmt::decode_read_bytes(ctx, D, bits, S, W);
           const double us = time_median_us(
               [&](int i) {
-                const oscar_kv_cache c = view(i % nrot);
-                OSCAR_OK_(oscar_kv_decode(&c, q, hq, lens, ctx, scale, out, ws, wsq, nullptr, &err_));
+                const oscar_cov_cache c = view(i % nrot);
+                OSCAR_OK_(oscar_cov_decode(&c, q, hq, lens, ctx, scale, out, ws, wsq, nullptr, &err_));
               },
               warmup, reps);
           rows.push_back({B, ctx, bits == 2 ? "int2 oscar-cov" : "int4 oscar-cov", us, read, read / (us * 1e-6) / 1e12, 0, us16 / us});

@@ -43,15 +43,15 @@ class Err(C.Structure):
 def load(path):
     lib = C.CDLL(path)
     vp, i32, i64, f32 = C.c_void_p, C.c_int32, C.c_int64, C.c_float
-    lib.oscar_kv_prefill.argtypes = [C.POINTER(KvCache), vp, vp, vp, i32, vp, C.POINTER(Err)]
-    lib.oscar_kv_decode.argtypes = [C.POINTER(KvCache), vp, i32, vp, i32, f32, vp, vp, C.c_size_t, vp, C.POINTER(Err)]
+    lib.oscar_cov_prefill.argtypes = [C.POINTER(KvCache), vp, vp, vp, i32, vp, C.POINTER(Err)]
+    lib.oscar_cov_decode.argtypes = [C.POINTER(KvCache), vp, i32, vp, i32, f32, vp, vp, C.c_size_t, vp, C.POINTER(Err)]
     lib.oscar_bf16_decode.argtypes = [vp, vp, i32, i32, i64, i32, vp, i32, vp, i32, f32, vp, vp, C.c_size_t, vp,
                                       C.POINTER(Err)]
-    lib.oscar_kv_decode_workspace_bytes.argtypes = [i32, i32, i32, i32, i32, i32]
-    lib.oscar_kv_decode_workspace_bytes.restype = C.c_size_t
+    lib.oscar_decode_workspace_bytes.argtypes = [i32, i32, i32, i32, i32, i32]
+    lib.oscar_decode_workspace_bytes.restype = C.c_size_t
     lib.oscar_omni_prefill.argtypes = [C.POINTER(OmniCache), vp, vp, vp, i32, vp, C.POINTER(Err)]
     lib.oscar_omni_decode.argtypes = [C.POINTER(OmniCache), vp, i32, vp, i32, f32, vp, vp, C.c_size_t, vp, C.POINTER(Err)]
-    for f in (lib.oscar_kv_prefill, lib.oscar_kv_decode, lib.oscar_bf16_decode, lib.oscar_omni_prefill, lib.oscar_omni_decode):
+    for f in (lib.oscar_cov_prefill, lib.oscar_cov_decode, lib.oscar_bf16_decode, lib.oscar_omni_prefill, lib.oscar_omni_decode):
         f.restype = C.c_int
     return lib
 
@@ -151,8 +151,8 @@ def main():
                     row["sdpa"][name] = None
                     print(f"  sdpa {name} B={B} L={L}: unavailable ({str(e).splitlines()[0][:80]})")
                 torch.cuda.empty_cache()
-            ws_bytes = max(lib.oscar_kv_decode_workspace_bytes(B, hq, hkv, D, L, 0),
-                           lib.oscar_kv_decode_workspace_bytes(B, hq, hkv, D, L, 1))
+            ws_bytes = max(lib.oscar_decode_workspace_bytes(B, hq, hkv, D, L, 0),
+                           lib.oscar_decode_workspace_bytes(B, hq, hkv, D, L, 1))
             ws = torch.empty(ws_bytes // 4 + 4, dtype=torch.float32, device="cuda")
 
             def run16(i):
@@ -183,14 +183,14 @@ def main():
 
                 def pre(i):
                     r = i % nrot
-                    check(lib.oscar_kv_prefill(C.byref(caches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L, None,
-                                               C.byref(err)), err, "oscar_kv_prefill")
+                    check(lib.oscar_cov_prefill(C.byref(caches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L, None,
+                                               C.byref(err)), err, "oscar_cov_prefill")
                 pre_us = median_us(pre, nrot, max(nrot, args.reps // 2))
                 pre_bytes = bf16_bytes + sum(x.numel() for x in bufs[0].values())
 
                 def dec(i):
-                    check(lib.oscar_kv_decode(C.byref(caches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale,
-                                              out.data_ptr(), ws.data_ptr(), ws_bytes, None, C.byref(err)), err, "oscar_kv_decode")
+                    check(lib.oscar_cov_decode(C.byref(caches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale,
+                                              out.data_ptr(), ws.data_ptr(), ws_bytes, None, C.byref(err)), err, "oscar_cov_decode")
                 us = median_us(dec, 5, args.reps)
                 dec(0)
                 torch.cuda.synchronize()

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "oscar/float_formats.h"
-#include "oscar/kv_cache_format.h"
+#include "oscar/cov_format.h"
 #include "oscar/quant_rules.h"
 #include "oscar_kv.h"
 
@@ -80,7 +80,7 @@ int main() {
 
     // BF16 baseline over the same K/V.
     {
-      const size_t ws = oscar_kv_decode_workspace_bytes(B, Hq, H, D, T, 0);
+      const size_t ws = oscar_decode_workspace_bytes(B, Hq, H, D, T, 0);
       void* dws;
       CK(cudaMalloc(&dws, ws));
       CK(cudaMemset(dout, 0xff, size_t(B) * Hq * D * 4));  // poison (NaN)
@@ -114,21 +114,21 @@ int main() {
     }
 
     for (int bits : {2, 4}) {
-      oscar_kv_cache c{};
+      oscar_cov_cache c{};
       c.batch = B; c.num_kv_heads = H; c.head_dim = D; c.bits = bits; c.sink = S; c.recent = W;
-      c.body_capacity = T - S - W; c.clip_k = oscar::kvfmt::kClipK; c.clip_v = oscar::kvfmt::kClipV;
+      c.body_capacity = T - S - W; c.clip_k = oscar::covfmt::kClipK; c.clip_v = oscar::covfmt::kClipV;
       const size_t bh = size_t(B) * H, cb = D * bits / 8;
       void** ptrs[8] = {&c.k_sink, &c.v_sink, &c.k_recent, &c.v_recent, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params};
       const size_t sizes[8] = {bh * S * D * 2, bh * S * D * 2, bh * W * D * 2, bh * W * D * 2,
                                bh * c.body_capacity * cb, bh * c.body_capacity * cb, bh * c.body_capacity * 4, bh * c.body_capacity * 4};
       for (int i = 0; i < 8; ++i) { CK(cudaMalloc(ptrs[i], sizes[i])); CK(cudaMemset(*ptrs[i], 0x7f, sizes[i])); }
-      oscar_status s = oscar_kv_prefill(&c, dk, dv, dl, T, nullptr, &err);
+      oscar_status s = oscar_cov_prefill(&c, dk, dv, dl, T, nullptr, &err);
       EXPECT(s == OSCAR_OK, "prefill: %s", err.message);
-      const size_t ws = oscar_kv_decode_workspace_bytes(B, Hq, H, D, T, 1);
+      const size_t ws = oscar_decode_workspace_bytes(B, Hq, H, D, T, 1);
       void* dws;
       CK(cudaMalloc(&dws, ws));
       CK(cudaMemset(dout, 0xff, size_t(B) * Hq * D * 4));
-      s = oscar_kv_decode(&c, dq, Hq, dl, T, float(scale), dout, dws, ws, nullptr, &err);
+      s = oscar_cov_decode(&c, dq, Hq, dl, T, float(scale), dout, dws, ws, nullptr, &err);
       EXPECT(s == OSCAR_OK, "decode bits=%d: %s", bits, err.message);
       CK(cudaDeviceSynchronize());
       const auto out = host_copy<float>(dout, size_t(B) * Hq * D);
@@ -141,7 +141,7 @@ int main() {
         for (int hh = 0; hh < H; ++hh) {
           const size_t bhi = size_t(b) * H + hh;
           const int L = lens[b];
-          const int64_t nb = oscar::kvfmt::body_tokens(L, S, W);
+          const int64_t nb = oscar::covfmt::body_tokens(L, S, W);
           std::vector<double> K(size_t(L) * D), V(K.size()), K0(K.size()), V0(K.size());
           for (int t = 0; t < L; ++t) {
             for (int cc = 0; cc < D; ++cc) {
@@ -178,14 +178,14 @@ int main() {
       std::printf("int%d Hq=%d Hkv=%d: max rel err %.3e vs dequantized reference (%.3e vs unquantized bf16, information only)\n",
                   bits, Hq, H, worst, worst_vs_orig);
       // Bad input.
-      EXPECT(oscar_kv_decode(&c, dq, Hq, dl, int32_t(oscar_kv_capacity(&c) + 1), 1.f, dout, dws, ws, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT &&
+      EXPECT(oscar_cov_decode(&c, dq, Hq, dl, int32_t(oscar_cov_capacity(&c) + 1), 1.f, dout, dws, ws, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT &&
                  std::strstr(err.message, "capacity"), "decode beyond capacity");
-      EXPECT(oscar_kv_decode(&c, dq, Hq, nullptr, T, 1.f, dout, dws, ws, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT, "null lens");
-      EXPECT(oscar_kv_decode(&c, dq, Hq, dl, T, 1.f, dout + 1, dws, ws, nullptr, &err) == OSCAR_ERR_MISALIGNED, "misaligned out");
-      oscar_kv_cache bad = c;
+      EXPECT(oscar_cov_decode(&c, dq, Hq, nullptr, T, 1.f, dout, dws, ws, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT, "null lens");
+      EXPECT(oscar_cov_decode(&c, dq, Hq, dl, T, 1.f, dout + 1, dws, ws, nullptr, &err) == OSCAR_ERR_MISALIGNED, "misaligned out");
+      oscar_cov_cache bad = c;
       bad.bits = 8;
-      EXPECT(oscar_kv_decode(&bad, dq, Hq, dl, T, 1.f, dout, dws, ws, nullptr, &err) == OSCAR_ERR_UNSUPPORTED, "bits 8");
-      EXPECT(oscar_kv_decode(&c, dq, H * 9, dl, T, 1.f, dout, dws, ws, nullptr, &err) == OSCAR_ERR_UNSUPPORTED, "G 9");
+      EXPECT(oscar_cov_decode(&bad, dq, Hq, dl, T, 1.f, dout, dws, ws, nullptr, &err) == OSCAR_ERR_UNSUPPORTED, "bits 8");
+      EXPECT(oscar_cov_decode(&c, dq, H * 9, dl, T, 1.f, dout, dws, ws, nullptr, &err) == OSCAR_ERR_UNSUPPORTED, "G 9");
       cudaFree(dws);
       for (int i = 0; i < 8; ++i) cudaFree(*ptrs[i]);
     }

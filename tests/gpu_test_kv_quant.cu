@@ -1,5 +1,5 @@
-// gpu_test_kv_quant.cu: the oscar-cov cache writers (oscar_kv_prefill, oscar_kv_append) against a CPU
-// twin that applies oscar/quant_rules.h and the layout of oscar/kv_cache_format.h: codes, scales,
+// gpu_test_kv_quant.cu: the oscar-cov cache writers (oscar_cov_prefill, oscar_cov_append) against a CPU
+// twin that applies oscar/quant_rules.h and the layout of oscar/cov_format.h: codes, scales,
 // zeros and BF16 windows must match bit for bit. Lengths are not multiples of any block, one sequence is
 // shorter than sink + recent, and the append path crosses the window overflow (demotion into the body).
 // Exits 77 (CTest: skipped) when no GPU is present.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "oscar/float_formats.h"
-#include "oscar/kv_cache_format.h"
+#include "oscar/cov_format.h"
 #include "oscar/quant_rules.h"
 #include "oscar_kv.h"
 
@@ -27,10 +27,10 @@ struct HostCache {  // host copies of every cache array
 };
 
 struct DevCache {
-  oscar_kv_cache c{};
+  oscar_cov_cache c{};
   void alloc(int B, int H, int bits, int S, int W, int64_t cap) {
     c.batch = B; c.num_kv_heads = H; c.head_dim = D; c.bits = bits; c.sink = S; c.recent = W; c.body_capacity = cap;
-    c.clip_k = oscar::kvfmt::kClipK; c.clip_v = oscar::kvfmt::kClipV;
+    c.clip_k = oscar::covfmt::kClipK; c.clip_v = oscar::covfmt::kClipV;
     const size_t bh = size_t(B) * H;
     auto m = [](void** p, size_t n) { cudaMalloc(p, n ? n : 16); cudaMemset(*p, 0xAB, n ? n : 16); };
     m(&c.k_sink, bh * S * D * 2); m(&c.v_sink, bh * S * D * 2);
@@ -71,7 +71,7 @@ void cpu_quantize_row(const uint16_t* x16, int bits, float clip, uint8_t* codes,
 
 // Compares the live part of a downloaded cache with the CPU twin for sequences holding lens[b]
 // tokens whose rows are k/v [B][H][T][D] (bf16 bits). Returns the number of mismatching rows.
-int compare(const HostCache& h, const oscar_kv_cache& c, const std::vector<uint16_t>& k, const std::vector<uint16_t>& v, int T,
+int compare(const HostCache& h, const oscar_cov_cache& c, const std::vector<uint16_t>& k, const std::vector<uint16_t>& v, int T,
             const std::vector<int>& lens, const char* what) {
   const int S = c.sink, W = c.recent, bits = c.bits, cb = D * bits / 8;
   int bad = 0;
@@ -80,7 +80,7 @@ int compare(const HostCache& h, const oscar_kv_cache& c, const std::vector<uint1
     for (int hh = 0; hh < c.num_kv_heads; ++hh) {
       const size_t bh = size_t(b) * c.num_kv_heads + hh;
       const int L = lens[b];
-      const int64_t nb = oscar::kvfmt::body_tokens(L, S, W);
+      const int64_t nb = oscar::covfmt::body_tokens(L, S, W);
       for (int t = 0; t < L; ++t)
         for (int tensor = 0; tensor < 2; ++tensor) {
           const uint16_t* src = (tensor ? v : k).data() + (bh * T + t) * D;
@@ -134,7 +134,7 @@ int main() {
     dc.alloc(B, H, bits, S, W, cap);
     oscar_error err{};
     CK(cudaMemcpy(dlens, lens.data(), B * 4, cudaMemcpyHostToDevice));
-    oscar_status s = oscar_kv_prefill(&dc.c, dk, dv, dlens, T, nullptr, &err);
+    oscar_status s = oscar_cov_prefill(&dc.c, dk, dv, dlens, T, nullptr, &err);
     EXPECT(s == OSCAR_OK, "prefill bits=%d: %s", bits, err.message);
     CK(cudaDeviceSynchronize());
     EXPECT(compare(dc.download(), dc.c, k, v, T, lens, "prefill") == 0, "prefill bits=%d codes differ from the CPU twin", bits);
@@ -157,7 +157,7 @@ int main() {
       CK(cudaMemcpy(dkn, kn.data(), kn.size() * 2, cudaMemcpyHostToDevice));
       CK(cudaMemcpy(dvn, vn.data(), vn.size() * 2, cudaMemcpyHostToDevice));
       CK(cudaMemcpy(dlens, cur.data(), B * 4, cudaMemcpyHostToDevice));
-      s = oscar_kv_append(&dc.c, dkn, dvn, dlens, mx, nullptr, &err);
+      s = oscar_cov_append(&dc.c, dkn, dvn, dlens, mx, nullptr, &err);
       if (s != OSCAR_OK) { EXPECT(false, "append step %d: %s", step, err.message); break; }
       for (int& L : cur) ++L;
     }
@@ -167,25 +167,25 @@ int main() {
     cudaFree(dvn);
 
     // 3) Bad input.
-    EXPECT(oscar_kv_prefill(&dc.c, dk, dv, dlens, int32_t(oscar_kv_capacity(&dc.c) + 1), nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT &&
+    EXPECT(oscar_cov_prefill(&dc.c, dk, dv, dlens, int32_t(oscar_cov_capacity(&dc.c) + 1), nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT &&
                std::strstr(err.message, "capacity"), "max_len beyond capacity: %s", err.message);
-    EXPECT(oscar_kv_append(&dc.c, dk, dv, dlens, int32_t(oscar_kv_capacity(&dc.c)), nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT,
+    EXPECT(oscar_cov_append(&dc.c, dk, dv, dlens, int32_t(oscar_cov_capacity(&dc.c)), nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT,
            "append beyond capacity");
-    EXPECT(oscar_kv_prefill(&dc.c, nullptr, dv, dlens, T, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT, "null k");
-    EXPECT(oscar_kv_prefill(&dc.c, dk + 1, dv, dlens, T, nullptr, &err) == OSCAR_ERR_MISALIGNED, "misaligned k");
-    oscar_kv_cache bad = dc.c;
+    EXPECT(oscar_cov_prefill(&dc.c, nullptr, dv, dlens, T, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT, "null k");
+    EXPECT(oscar_cov_prefill(&dc.c, dk + 1, dv, dlens, T, nullptr, &err) == OSCAR_ERR_MISALIGNED, "misaligned k");
+    oscar_cov_cache bad = dc.c;
     bad.bits = 3;
-    EXPECT(oscar_kv_prefill(&bad, dk, dv, dlens, T, nullptr, &err) == OSCAR_ERR_UNSUPPORTED && std::strstr(err.message, "bits=3"), "bits 3");
+    EXPECT(oscar_cov_prefill(&bad, dk, dv, dlens, T, nullptr, &err) == OSCAR_ERR_UNSUPPORTED && std::strstr(err.message, "bits=3"), "bits 3");
     bad = dc.c;
     bad.head_dim = 96;
-    EXPECT(oscar_kv_prefill(&bad, dk, dv, dlens, T, nullptr, &err) == OSCAR_ERR_UNSUPPORTED && std::strstr(err.message, "head_dim=96"), "hd 96");
+    EXPECT(oscar_cov_prefill(&bad, dk, dv, dlens, T, nullptr, &err) == OSCAR_ERR_UNSUPPORTED && std::strstr(err.message, "head_dim=96"), "hd 96");
     bad = dc.c;
     bad.k_codes = static_cast<char*>(bad.k_codes) + 2;
-    EXPECT(oscar_kv_prefill(&bad, dk, dv, dlens, T, nullptr, &err) == OSCAR_ERR_MISALIGNED, "misaligned codes");
+    EXPECT(oscar_cov_prefill(&bad, dk, dv, dlens, T, nullptr, &err) == OSCAR_ERR_MISALIGNED, "misaligned codes");
     bad = dc.c;
     bad.v_recent = nullptr;
-    EXPECT(oscar_kv_append(&bad, dk, dv, dlens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT, "null recent");
-    EXPECT(oscar_kv_prefill(nullptr, dk, dv, dlens, T, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT, "null cache");
+    EXPECT(oscar_cov_append(&bad, dk, dv, dlens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT, "null recent");
+    EXPECT(oscar_cov_prefill(nullptr, dk, dv, dlens, T, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT, "null cache");
     dc.free();
   }
   cudaFree(dk);

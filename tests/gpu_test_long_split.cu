@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "oscar/float_formats.h"
-#include "oscar/kv_cache_format.h"
+#include "oscar/cov_format.h"
 #include "oscar/quant_rules.h"
 #include "oscar_kv.h"
 
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   CK(cudaMemcpy(dq, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
   const std::vector<int32_t> lens(B, L);
   CK(cudaMemcpy(dl, lens.data(), B * 4, cudaMemcpyHostToDevice));
-  const size_t ws = oscar_kv_decode_workspace_bytes(B, Hq, H, D, L, 1);
+  const size_t ws = oscar_decode_workspace_bytes(B, Hq, H, D, L, 1);
   void* dws;
   CK(cudaMalloc(&dws, ws));
   oscar_error err{};
@@ -120,20 +120,20 @@ int main(int argc, char** argv) {
   });
 
   // oscar-cov.
-  const int S = oscar::kvfmt::kDefaultSink, W = oscar::kvfmt::kDefaultRecent;
+  const int S = oscar::covfmt::kDefaultSink, W = oscar::covfmt::kDefaultRecent;
   for (int bits : {2, 4}) {
-    oscar_kv_cache c{};
+    oscar_cov_cache c{};
     c.batch = B; c.num_kv_heads = H; c.head_dim = D; c.bits = bits; c.sink = S; c.recent = W;
-    c.body_capacity = L - S - W; c.clip_k = oscar::kvfmt::kClipK; c.clip_v = oscar::kvfmt::kClipV;
+    c.body_capacity = L - S - W; c.clip_k = oscar::covfmt::kClipK; c.clip_v = oscar::covfmt::kClipV;
     const size_t bh = size_t(B) * H, cb = D * bits / 8, cap = size_t(c.body_capacity);
     void** ptrs[8] = {&c.k_sink, &c.v_sink, &c.k_recent, &c.v_recent, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params};
     const size_t sizes[8] = {bh * S * D * 2, bh * S * D * 2, bh * W * D * 2, bh * W * D * 2, bh * cap * cb, bh * cap * cb, bh * cap * 4, bh * cap * 4};
     for (int i = 0; i < 8; ++i) CK(cudaMalloc(ptrs[i], sizes[i]));
-    EXPECT(oscar_kv_prefill(&c, dk, dv, dl, L, nullptr, &err) == OSCAR_OK, "prefill: %s", err.message);
+    EXPECT(oscar_cov_prefill(&c, dk, dv, dl, L, nullptr, &err) == OSCAR_OK, "prefill: %s", err.message);
     CK(cudaMemset(dout, 0xff, size_t(B) * Hq * D * 4));
-    EXPECT(oscar_kv_decode(&c, dq, Hq, dl, L, float(scale), dout, dws, ws, nullptr, &err) == OSCAR_OK, "decode: %s", err.message);
+    EXPECT(oscar_cov_decode(&c, dq, Hq, dl, L, float(scale), dout, dws, ws, nullptr, &err) == OSCAR_OK, "decode: %s", err.message);
     CK(cudaDeviceSynchronize());
-    const int64_t nb = oscar::kvfmt::body_tokens(L, S, W);
+    const int64_t nb = oscar::covfmt::body_tokens(L, S, W);
     char what[32];
     std::snprintf(what, sizeof what, "oscar-cov int%d", bits);
     check(what, 5e-3, dout, q, scale, [&](int b, int h, std::vector<double>& K, std::vector<double>& V) {

@@ -151,7 +151,7 @@ int main() {
       // 2) decode after prefill
       auto check_decode = [&](const std::vector<int>& L, const omni_twin::Cache& c, const char* what) {
         const int mx = *std::max_element(L.begin(), L.end());
-        const size_t ws = oscar_kv_decode_workspace_bytes(B, Hq, H, D, mx, 1);
+        const size_t ws = oscar_decode_workspace_bytes(B, Hq, H, D, mx, 1);
         void* dws;
         CK(cudaMalloc(&dws, ws));
         CK(cudaMemcpy(dl, L.data(), B * 4, cudaMemcpyHostToDevice));
@@ -215,7 +215,7 @@ int main() {
       cudaFree(dvn);
       // 4) bad input
       if (H == 2) {
-        const size_t ws = oscar_kv_decode_workspace_bytes(B, Hq, H, D, T, 1);
+        const size_t ws = oscar_decode_workspace_bytes(B, Hq, H, D, T, 1);
         void* dws;
         CK(cudaMalloc(&dws, ws));
         EXPECT(oscar_omni_prefill(&dc.c, dk, dv, dl, int32_t(oscar_omni_capacity(&dc.c) + 1), nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT &&

@@ -16,7 +16,7 @@
 
 #include "oscar/float_formats.h"
 #include "oscar/fwht_math.h"
-#include "oscar/kv_cache_format.h"
+#include "oscar/cov_format.h"
 #include "oscar_kv.h"
 
 #include "attention_reference.h"
@@ -78,7 +78,7 @@ int main() {
     CK(cudaMemcpy(dv, v.data(), v.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dq, q.data(), q.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dl, lens.data(), B * 4, cudaMemcpyHostToDevice));
-    const size_t ws = oscar_kv_decode_workspace_bytes(B, Hq, H, D, T, 1);
+    const size_t ws = oscar_decode_workspace_bytes(B, Hq, H, D, T, 1);
     void* dws;
     CK(cudaMalloc(&dws, ws));
     // Checks the decoded outputs against the reference over `deq(b, h, t, c, is_v)`.
@@ -114,17 +114,17 @@ int main() {
     for (int bits : {2, 4}) {
       // oscar-cov
       {
-        oscar_kv_cache c{};
-        const int S = oscar::kvfmt::kDefaultSink, W = oscar::kvfmt::kDefaultRecent;
+        oscar_cov_cache c{};
+        const int S = oscar::covfmt::kDefaultSink, W = oscar::covfmt::kDefaultRecent;
         c.batch = B; c.num_kv_heads = H; c.head_dim = D; c.bits = bits; c.sink = S; c.recent = W;
-        c.body_capacity = T - S - W; c.clip_k = oscar::kvfmt::kClipK; c.clip_v = oscar::kvfmt::kClipV;
+        c.body_capacity = T - S - W; c.clip_k = oscar::covfmt::kClipK; c.clip_v = oscar::covfmt::kClipV;
         const size_t bh = size_t(B) * H, cb = D * bits / 8;
         void** p[8] = {&c.k_sink, &c.v_sink, &c.k_recent, &c.v_recent, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params};
         const size_t sz[8] = {bh * S * D * 2, bh * S * D * 2, bh * W * D * 2, bh * W * D * 2,
                               bh * c.body_capacity * cb, bh * c.body_capacity * cb, bh * c.body_capacity * 4, bh * c.body_capacity * 4};
         for (int i = 0; i < 8; ++i) CK(cudaMalloc(p[i], sz[i] + 16));
-        EXPECT(oscar_kv_prefill(&c, dk, dv, dl, T, nullptr, &err) == OSCAR_OK, "cov prefill: %s", err.message);
-        EXPECT(oscar_kv_decode(&c, dq, Hq, dl, T, float(scale), dout, dws, ws, nullptr, &err) == OSCAR_OK, "cov decode: %s", err.message);
+        EXPECT(oscar_cov_prefill(&c, dk, dv, dl, T, nullptr, &err) == OSCAR_OK, "cov prefill: %s", err.message);
+        EXPECT(oscar_cov_decode(&c, dq, Hq, dl, T, float(scale), dout, dws, ws, nullptr, &err) == OSCAR_OK, "cov decode: %s", err.message);
         CK(cudaDeviceSynchronize());
         const auto ks = get<uint16_t>(c.k_sink, sz[0]), vs = get<uint16_t>(c.v_sink, sz[1]);
         const auto krc = get<uint16_t>(c.k_recent, sz[2]), vrc = get<uint16_t>(c.v_recent, sz[3]);
@@ -132,7 +132,7 @@ int main() {
         const auto kp = get<uint32_t>(c.k_params, sz[6]), vp = get<uint32_t>(c.v_params, sz[7]);
         check("oscar-cov", bits, [&](int b, int h, int t, int ch, bool is_v) -> double {
           const size_t bhi = size_t(b) * H + h;
-          const int64_t nb = oscar::kvfmt::body_tokens(lens[b], S, W);
+          const int64_t nb = oscar::covfmt::body_tokens(lens[b], S, W);
           if (t < S) return oscar::bf16_bits_to_float((is_v ? vs : ks)[(bhi * S + t) * D + ch]);
           if (t - S < nb) {
             const size_t bi = bhi * c.body_capacity + (t - S);

@@ -1,4 +1,4 @@
-// omni_twin.h: the CPU twin of the oscar-omni cache kernels (kernels/src/kv_omni.cu), written only with
+// omni_twin.h: the CPU twin of the oscar-omni cache kernels (kernels/src/omni_cache.cu), written only with
 // the shared rules (oscar/omni_format.h, oscar/quant_rules.h): what the cache must hold, bit for bit,
 // after prefill/append of the given bf16 K/V. Used by gpu_test_omni.cu (against the kernels) and by
 // test_omni_twin.cpp (against the lib's reference quantizer, cache_sim).

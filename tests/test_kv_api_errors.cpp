@@ -16,8 +16,8 @@ struct Fake {  // aligned, never-dereferenced stand-ins for device buffers
   void* at(size_t off) { return bytes + off; }
 };
 
-oscar_kv_cache cov_cache(Fake& f) {
-  oscar_kv_cache c{};
+oscar_cov_cache cov_cache(Fake& f) {
+  oscar_cov_cache c{};
   c.batch = 2; c.num_kv_heads = 2; c.head_dim = 128; c.bits = 2; c.sink = 64; c.recent = 256; c.body_capacity = 1000;
   c.clip_k = 0.96f; c.clip_v = 0.92f;
   void** p[8] = {&c.k_sink, &c.v_sink, &c.k_recent, &c.v_recent, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params};
@@ -40,46 +40,46 @@ bool says(const oscar_error& e, const char* what) { return std::strstr(e.message
 TEST_CASE("oscar-cov C API rejects bad input with a message", "[kv_api]") {
   Fake f, io;
   oscar_error err{};
-  const oscar_kv_cache c = cov_cache(f);
+  const oscar_cov_cache c = cov_cache(f);
   void* k = io.at(0);
   void* v = io.at(512);
   auto* lens = static_cast<int32_t*>(io.at(1024));
-  CHECK(oscar_kv_capacity(&c) == 64 + 1000 + 256);
-  CHECK(oscar_kv_prefill(nullptr, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(oscar_cov_capacity(&c) == 64 + 1000 + 256);
+  CHECK(oscar_cov_prefill(nullptr, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "cache is NULL"));
-  oscar_kv_cache bad = c;
+  oscar_cov_cache bad = c;
   bad.bits = 3;
-  CHECK(oscar_kv_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
+  CHECK(oscar_cov_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
   CHECK(says(err, "bits=3"));
   bad = c;
   bad.head_dim = 64;
-  CHECK(oscar_kv_append(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
+  CHECK(oscar_cov_append(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
   CHECK(says(err, "head_dim=64"));
   bad = c;
   bad.k_codes = static_cast<char*>(bad.k_codes) + 4;
-  CHECK(oscar_kv_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
+  CHECK(oscar_cov_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
   CHECK(says(err, "k_codes"));
   bad = c;
   bad.v_recent = nullptr;
-  CHECK(oscar_kv_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(oscar_cov_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "v_recent"));
-  CHECK(oscar_kv_prefill(&c, nullptr, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
-  CHECK(oscar_kv_prefill(&c, static_cast<char*>(k) + 2, v, lens, 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
-  CHECK(oscar_kv_prefill(&c, k, v, lens, 1321, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(oscar_cov_prefill(&c, nullptr, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(oscar_cov_prefill(&c, static_cast<char*>(k) + 2, v, lens, 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
+  CHECK(oscar_cov_prefill(&c, k, v, lens, 1321, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "capacity"));
-  CHECK(oscar_kv_append(&c, k, v, lens, 1320, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(oscar_cov_append(&c, k, v, lens, 1320, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "capacity"));
   float* out = static_cast<float*>(io.at(2048));
   void* ws = io.at(3072);
-  const size_t wsb = oscar_kv_decode_workspace_bytes(2, 8, 2, 128, 1320, 1);
+  const size_t wsb = oscar_decode_workspace_bytes(2, 8, 2, 128, 1320, 1);
   CHECK(wsb > 0);
-  CHECK(oscar_kv_decode(&c, k, 8, lens, 1321, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(oscar_cov_decode(&c, k, 8, lens, 1321, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "capacity"));
-  CHECK(oscar_kv_decode(&c, k, 18, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);  // 9 per KV head
-  CHECK(oscar_kv_decode(&c, k, 7, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);   // not a multiple
-  CHECK(oscar_kv_decode(&c, k, 8, lens, 100, 1.f, out + 1, ws, wsb, nullptr, &err) == OSCAR_ERR_MISALIGNED);
-  CHECK(oscar_kv_decode(&c, k, 8, nullptr, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
-  CHECK(oscar_kv_decode(&c, k, 8, lens, 1320, 1.f, out, ws, 16, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(oscar_cov_decode(&c, k, 18, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);  // 9 per KV head
+  CHECK(oscar_cov_decode(&c, k, 7, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);   // not a multiple
+  CHECK(oscar_cov_decode(&c, k, 8, lens, 100, 1.f, out + 1, ws, wsb, nullptr, &err) == OSCAR_ERR_MISALIGNED);
+  CHECK(oscar_cov_decode(&c, k, 8, nullptr, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(oscar_cov_decode(&c, k, 8, lens, 1320, 1.f, out, ws, 16, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "workspace_bytes"));
   CHECK(oscar_bf16_decode(k, v, 2, 2, 1000, 64, k, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
   CHECK(oscar_bf16_decode(k, v, 2, 2, 1000, 128, k, 8, lens, 1001, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
@@ -123,11 +123,40 @@ TEST_CASE("oscar-omni C API rejects bad input with a message", "[kv_api]") {
   CHECK(says(err, "capacity"));
   float* out = static_cast<float*>(io.at(2048));
   void* ws = io.at(3072);
-  const size_t wsb = oscar_kv_decode_workspace_bytes(2, 8, 2, 128, 1151, 1);
+  const size_t wsb = oscar_decode_workspace_bytes(2, 8, 2, 128, 1151, 1);
   CHECK(oscar_omni_decode(&c, k, 8, lens, 1152, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "capacity"));
   CHECK(oscar_omni_decode(&c, k, 20, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
   CHECK(oscar_omni_decode(&c, static_cast<char*>(k) + 8, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_MISALIGNED);
   CHECK(oscar_omni_decode(&c, k, 8, lens, 1151, 1.f, out, ws, 16, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "workspace_bytes"));
+}
+
+TEST_CASE("format units: allocation sizes and argument checks", "[kv_api]") {
+  oscar_error e{};
+  // Sizes: the layout's arrays, each rounded up to 16 bytes.
+  CHECK(oscar_cov_cache_bytes(2, 8, 128, 2, 64, 256, 1000) == 2 * (16 * 64 * 256 + 16 * 256 * 256 + 16 * 680 * 32 + 16 * 680 * 4));
+  CHECK(oscar_omni_cache_bytes(2, 8, 128, 2, 1000) ==
+        2 * (16 * 128 * 256 + 16 * 896 * 32) + 16 * 28 * 128 * 4 + 16 * 896 * 16 + 2 * 896 * 2);
+  CHECK(oscar_cov_cache_bytes(0, 8, 128, 2, 64, 256, 1000) == 0);
+  CHECK(oscar_omni_cache_bytes(1, 8, 128, 3, 1000) == 0);
+  // Argument errors come before any CUDA call, so they are the same with or without a GPU.
+  CHECK(oscar_cov_cache_create(nullptr, 1, 1, 128, 2, 64, 256, 1000, &e) == OSCAR_ERR_INVALID_ARGUMENT);
+  oscar_cov_cache c{};
+  CHECK(oscar_cov_cache_create(&c, 1, 1, 128, 3, 64, 256, 1000, &e) == OSCAR_ERR_UNSUPPORTED);
+  CHECK(says(e, "bits=3"));
+  CHECK(oscar_cov_cache_create(&c, 1, 1, 100, 2, 64, 256, 1000, &e) == OSCAR_ERR_UNSUPPORTED);
+  CHECK(says(e, "head_dim=100"));
+  CHECK(oscar_cov_cache_create(&c, 1, 1, 128, 2, 64, 0, 1000, &e) == OSCAR_ERR_INVALID_ARGUMENT);
+  oscar_omni_cache o{};
+  CHECK(oscar_omni_cache_create(&o, 1, 1, 128, 2, 0, &e) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(e, "capacity=0"));
+  if (oscar_device_count() == 0) {  // without a GPU a valid request says so
+    CHECK(oscar_cov_cache_create(&c, 1, 1, 128, 2, 64, 256, 1000, &e) == OSCAR_ERR_NO_DEVICE);
+    CHECK(oscar_omni_cache_create(&o, 1, 1, 128, 2, 1000, &e) == OSCAR_ERR_NO_DEVICE);
+    CHECK(c.k_sink == nullptr);
+  }
+  CHECK(oscar_cov_cache_destroy(nullptr, &e) == OSCAR_ERR_INVALID_ARGUMENT);
+  oscar_cov_cache empty{};
+  CHECK(oscar_cov_cache_destroy(&empty, &e) == OSCAR_OK);
 }

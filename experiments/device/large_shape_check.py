@@ -54,13 +54,13 @@ def decode(lib, kind, k, v, q, L, bits):
     keep = []
     lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
     out = torch.empty(B, hq, D, dtype=torch.float32, device="cuda")
-    ws_bytes = lib.oscar_kv_decode_workspace_bytes(B, hq, hkv, D, L, 1)
+    ws_bytes = lib.oscar_decode_workspace_bytes(B, hq, hkv, D, L, 1)
     ws = torch.empty(ws_bytes // 4 + 4, dtype=torch.float32, device="cuda")
     scale = D ** -0.5
     if kind == "cov":
         c = cov_cache(B, hkv, L, bits, keep)
-        check(lib.oscar_kv_prefill(C.byref(c), k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, None, C.byref(err)), err, "prefill")
-        check(lib.oscar_kv_decode(C.byref(c), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(),
+        check(lib.oscar_cov_prefill(C.byref(c), k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, None, C.byref(err)), err, "prefill")
+        check(lib.oscar_cov_decode(C.byref(c), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(),
                                   ws_bytes, None, C.byref(err)), err, "decode")
     else:
         c = omni_cache(B, hkv, L, keep)

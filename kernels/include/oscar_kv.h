@@ -1,5 +1,5 @@
-/* oscar_kv.h: C API of the quantized KV caches (recipe oscar-cov: oscar_kv_*, layout in
- * oscar/kv_cache_format.h; recipe oscar-omni: oscar_omni_*, layout in oscar/omni_format.h) and of the
+/* oscar_kv.h: C API of the quantized KV caches (recipe oscar-cov: oscar_cov_*, layout in
+ * oscar/cov_format.h; recipe oscar-omni: oscar_omni_*, layout in oscar/omni_format.h) and of the
  * decode-attention kernels. Same contract as oscar_kernels.h: oscar_status return, message in
  * *err, device pointers from cudaMalloc, stream as void*, no global state, asynchronous on `stream`.
  * Supported: head_dim 128; body bits 2 or 4; query heads a multiple of KV heads with at most 8 query
@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-typedef struct oscar_kv_cache {
+typedef struct oscar_cov_cache {
   int32_t batch, num_kv_heads, head_dim, bits; /* bits: 2 or 4 */
   int32_t sink, recent;                        /* BF16 window sizes in tokens (64, 256 for oscar-cov) */
   int64_t body_capacity;                       /* packed body tokens per (sequence, KV head) */
@@ -25,33 +25,43 @@ typedef struct oscar_kv_cache {
   void* k_recent; void* v_recent;              /* bf16 [B*Hkv][recent][head_dim] ring */
   void* k_codes; void* v_codes;                /* uint8 [B*Hkv][body_capacity][head_dim*bits/8] */
   void* k_params; void* v_params;              /* fp16 (scale, zero) [B*Hkv][body_capacity][2] */
-} oscar_kv_cache;
+} oscar_cov_cache;
+
+/* Allocation of an oscar-cov cache for `batch` sequences of `num_kv_heads` heads, each holding up to
+ * `capacity` tokens (sizes from oscar::covfmt::layout): one zeroed cudaMalloc carved into the eight
+ * arrays (16-byte aligned), clips 0.96/0.92. *cache is filled on success; release with
+ * oscar_cov_cache_destroy. oscar_cov_cache_bytes gives the bytes it would take (0 on bad shapes). */
+oscar_status oscar_cov_cache_create(oscar_cov_cache* cache, int32_t batch, int32_t num_kv_heads, int32_t head_dim,
+                                    int32_t bits, int32_t sink, int32_t recent, int64_t capacity, oscar_error* err);
+int64_t oscar_cov_cache_bytes(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t bits, int32_t sink,
+                              int32_t recent, int64_t capacity);
+oscar_status oscar_cov_cache_destroy(oscar_cov_cache* cache, oscar_error* err);
 
 /* Tokens one (sequence, KV head) can hold: sink + body_capacity + recent. */
-int64_t oscar_kv_capacity(const oscar_kv_cache* cache);
+int64_t oscar_cov_capacity(const oscar_cov_cache* cache);
 
 /* Prefill: writes tokens [0, seq_lens[b]) of every sequence from k, v: bf16 [B][Hkv][max_len][head_dim]
  * (already rotated). seq_lens: device int32 [B], each <= max_len (larger values are clamped to max_len);
  * max_len <= capacity. Sink/recent tokens are copied, body tokens quantized (codes bit-exact with
  * oscar::quantize_value on the CPU). */
-oscar_status oscar_kv_prefill(const oscar_kv_cache* cache, const void* k, const void* v,
+oscar_status oscar_cov_prefill(const oscar_cov_cache* cache, const void* k, const void* v,
                               const int32_t* seq_lens, int32_t max_len, void* stream, oscar_error* err);
 
 /* Decode append: token t = seq_lens[b] of each sequence from k_new, v_new: bf16 [B][Hkv][head_dim];
  * demotes the oldest recent token into the body when the window is full. Does NOT modify seq_lens
  * (the caller increments them). max_seq_len (host): an upper bound of seq_lens; max_seq_len + 1 must
  * not exceed the capacity. */
-oscar_status oscar_kv_append(const oscar_kv_cache* cache, const void* k_new, const void* v_new,
+oscar_status oscar_cov_append(const oscar_cov_cache* cache, const void* k_new, const void* v_new,
                              const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err);
 
-/* Workspace bytes oscar_kv_decode / oscar_omni_decode (quantized = 1) / oscar_bf16_decode (0) need for these shapes on the current device. */
-size_t oscar_kv_decode_workspace_bytes(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
+/* Workspace bytes oscar_cov_decode / oscar_omni_decode (quantized = 1) / oscar_bf16_decode (0) need for these shapes on the current device. */
+size_t oscar_decode_workspace_bytes(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
                                        int32_t head_dim, int32_t max_seq_len, int32_t quantized);
 
 /* Decode attention, one query per sequence: q bf16 [B][Hq][head_dim] (rotated by R_K), out float32
  * [B][Hq][head_dim] (still rotated by R_V), out_h = softmax(scale * q_h K^T) V over the L_b cached
  * tokens of KV head h / (Hq/Hkv). Split-KV with an exact log-sum-exp merge. */
-oscar_status oscar_kv_decode(const oscar_kv_cache* cache, const void* q, int32_t num_q_heads,
+oscar_status oscar_cov_decode(const oscar_cov_cache* cache, const void* q, int32_t num_q_heads,
                              const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale, float* out,
                              void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
 
@@ -75,12 +85,20 @@ typedef struct oscar_omni_cache {
   void* k_norms;                  /* fp16 [B][body_capacity] */
 } oscar_omni_cache;
 
+/* Allocation of an oscar-omni cache holding up to `capacity` tokens per sequence (sizes from
+ * oscar::omnifmt::layout): one zeroed cudaMalloc carved into the seven arrays (16-byte aligned); release
+ * with oscar_omni_cache_destroy. oscar_omni_cache_bytes gives the bytes it would take (0 on bad shapes). */
+oscar_status oscar_omni_cache_create(oscar_omni_cache* cache, int32_t batch, int32_t num_kv_heads, int32_t head_dim,
+                                     int32_t bits, int64_t capacity, oscar_error* err);
+int64_t oscar_omni_cache_bytes(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t bits, int64_t capacity);
+oscar_status oscar_omni_cache_destroy(oscar_omni_cache* cache, oscar_error* err);
+
 /* Tokens one sequence can hold: body_capacity + 127. */
 int64_t oscar_omni_capacity(const oscar_omni_cache* cache);
 
 /* Prefill tokens [0, seq_lens[b]) from k, v: bf16 [B][Hkv][max_len][head_dim] (already rotated); the
  * first 128*floor(L/128) tokens are quantized (codes bit-exact with the CPU twin), the rest copied into
- * the residual block. Same conventions as oscar_kv_prefill. */
+ * the residual block. Same conventions as oscar_cov_prefill. */
 oscar_status oscar_omni_prefill(const oscar_omni_cache* cache, const void* k, const void* v, const int32_t* seq_lens,
                                 int32_t max_len, void* stream, oscar_error* err);
 
@@ -89,8 +107,8 @@ oscar_status oscar_omni_prefill(const oscar_omni_cache* cache, const void* k, co
 oscar_status oscar_omni_append(const oscar_omni_cache* cache, const void* k_new, const void* v_new, const int32_t* seq_lens,
                                int32_t max_seq_len, void* stream, oscar_error* err);
 
-/* Decode attention over the omni cache; same contract as oscar_kv_decode (q rotated by H, out still
- * rotated by H); workspace: oscar_kv_decode_workspace_bytes(..., quantized = 1). */
+/* Decode attention over the omni cache; same contract as oscar_cov_decode (q rotated by H, out still
+ * rotated by H); workspace: oscar_decode_workspace_bytes(..., quantized = 1). */
 oscar_status oscar_omni_decode(const oscar_omni_cache* cache, const void* q, int32_t num_q_heads, const int32_t* seq_lens,
                                int32_t max_seq_len, float softmax_scale, float* out, void* workspace,
                                size_t workspace_bytes, void* stream, oscar_error* err);

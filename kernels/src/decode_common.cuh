@@ -1,4 +1,4 @@
-// decode_common.cuh: pieces shared by the quantized-cache kernels (kv_cache.cu: oscar-cov; kv_omni.cu:
+// decode_common.cuh: pieces shared by the quantized-cache kernels (cov_cache.cu: oscar-cov; omni_cache.cu:
 // oscar-omni) and the BF16 baseline: tensor-core MMA wrappers, magic-number dequantization, the per-warp
 // online-softmax state, BF16 tiles, cp.async helpers, the block combine, the exact split merge and the
 // split planner. Head_dim 128 (kHD) is the compiled size. Included by .cu files only (internal linkage).
@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "api_util.h"
-#include "oscar/kv_cache_format.h"
+#include "oscar/cov_format.h"
 #include "oscar/quant_rules.h"
 #include "oscar_kv.h"
 
@@ -412,7 +412,7 @@ void plan_splits(int64_t bh, int64_t tokens, int64_t granule, int& nsplit, int64
   nsplit = static_cast<int>(tokens > 0 ? (tokens + len - 1) / len : 1);
 }
 
-int64_t body_max(int64_t max_len, int S, int W) { return kvfmt::body_tokens(max_len, S, W); }
+int64_t body_max(int64_t max_len, int S, int W) { return covfmt::body_tokens(max_len, S, W); }
 
 // Quantized plan: all blocks of one step in about one wave of OSCAR_KV_SLOTS_PER_SM blocks per SM
 // (no half-empty second wave), at least OSCAR_KV_MIN_BODY_SPLITS body splits per (b, h), body splits

@@ -1,6 +1,6 @@
 // omni_format.h: THE on-device layout of the oscar-omni (OScaR) quantized KV cache, its byte sizes, and
 // the one rule beyond quant_rules.h that decides its codes: the per-token key norm. Shared by the CUDA
-// kernels (kernels/src/kv_omni.cu), the C API (oscar_kv.h), the CPU reference (lib/src/cache_sim.cpp)
+// kernels (kernels/src/omni_cache.cu), the C API (oscar_kv.h), the CPU reference (lib/src/cache_sim.cpp)
 // and the tests; plain C++ with OSCAR_HD functions.
 //
 // Recipe oscar-omni (Hadamard rotation, Omni-Token Scaling, KIVI-style groups, residual block):
@@ -75,6 +75,31 @@ inline float omni_token_norm(X x, int n, ScaleDtype dtype) {
     for (int l = 0; l < 32; ++l) lane[l] = next[l];
   }
   return store_param(static_cast<float>(std::sqrt(lane[0])), dtype);
+}
+
+// Every device array of an oscar-omni cache, in bytes, for `batch` sequences of `kv_heads` KV heads that
+// must each hold `capacity` tokens (the body rounded up to whole residual blocks). THE size formula, used
+// by oscar_omni_cache_create, the benchmarks, the tests and the Python package.
+struct Layout {
+  int64_t body_capacity = 0;  // body tokens per (sequence, KV head), a multiple of kResidual
+  int64_t capacity = 0;       // tokens one sequence holds: body_capacity + kResidual - 1
+  int64_t res_bytes = 0;      // each of k_res, v_res
+  int64_t codes_bytes = 0;    // each of k_codes, v_codes
+  int64_t k_params_bytes = 0, v_params_bytes = 0, norms_bytes = 0;
+  OSCAR_HD int64_t total_bytes() const { return 2 * (res_bytes + codes_bytes) + k_params_bytes + v_params_bytes + norms_bytes; }
+};
+OSCAR_HD Layout layout(int batch, int kv_heads, int head_dim, int bits, int64_t capacity) {
+  Layout l;
+  const int64_t bh = static_cast<int64_t>(batch) * kv_heads;
+  const int64_t need = capacity > kResidual - 1 ? capacity - (kResidual - 1) : 0;
+  l.body_capacity = (need + kResidual - 1) / kResidual * kResidual;
+  l.capacity = l.body_capacity + kResidual - 1;
+  l.res_bytes = bh * kResidual * head_dim * 2;
+  l.codes_bytes = bh * l.body_capacity * code_bytes(head_dim, bits);
+  l.k_params_bytes = bh * (l.body_capacity / kKeyBlock) * head_dim * 4;
+  l.v_params_bytes = bh * l.body_capacity * (head_dim / kValueGroup) * 4;
+  l.norms_bytes = static_cast<int64_t>(batch) * l.body_capacity * 2;
+  return l;
 }
 
 }  // namespace oscar::omnifmt

@@ -1,6 +1,6 @@
-// gpu_kv_cache.cpp: the recipe check, the device buffers (one oscar_kv_cache or oscar_omni_cache per layer,
+// gpu_kv_cache.cpp: the recipe check, the device buffers (one oscar_cov_cache or oscar_omni_cache per layer,
 // batch 1), and
-// per token: host rotation and bf16 rounding, one upload, oscar_kv_append, oscar_kv_decode, one download,
+// per token: host rotation and bf16 rounding, one upload, oscar_cov_append, oscar_cov_decode, one download,
 // host un-rotation.
 #include "oscar/08_cache/gpu_kv_cache.h"
 
@@ -110,7 +110,7 @@ void require_cuda_device() {
 // the decode output and workspace, shared by the layers (one stream, synchronous per token).
 struct GpuKvCache::Device {
   bool omni = false;
-  std::vector<oscar_kv_cache> layers;        // oscar-cov format
+  std::vector<oscar_cov_cache> layers;        // oscar-cov format
   std::vector<oscar_omni_cache> omni_layers;  // oscar-omni format
   std::vector<void*> owned;
   size_t off_v = 0, off_q = 0, off_len = 0, staging_bytes = 0;
@@ -136,8 +136,10 @@ struct GpuKvCache::Device {
     workspace = alloc(bytes);
     workspace_bytes = bytes;
   }
-  ~Device() {
-    for (void* p : owned) cudaFree(p);  // no throw from a destructor; errors surfaced by earlier calls
+  ~Device() {  // no throw from a destructor; errors surfaced by earlier calls
+    for (auto& c : layers) oscar_cov_cache_destroy(&c, nullptr);
+    for (auto& c : omni_layers) oscar_omni_cache_destroy(&c, nullptr);
+    for (void* p : owned) cudaFree(p);
   }
 };
 
@@ -155,47 +157,19 @@ GpuKvCache::GpuKvCache(const ModelConfig& c, const Recipe& recipe, const Covaria
   const int bits = recipe.key.bits, D = head_dim_;
   const size_t H = static_cast<size_t>(n_kv_);
   d.omni = gpu_uses_omni_format(recipe);
+  oscar_error err{};
   for (int l = 0; l < c.n_layers; ++l) {
     if (d.omni) {
       oscar_omni_cache k{};
-      const int64_t body = (static_cast<int64_t>(capacity) + omnifmt::kResidual - 1) / omnifmt::kResidual * omnifmt::kResidual;
-      k.batch = 1;
-      k.num_kv_heads = n_kv_;
-      k.head_dim = D;
-      k.bits = bits;
-      k.body_capacity = body;
-      k.k_res = d.alloc(H * omnifmt::kResidual * D * 2);
-      k.v_res = d.alloc(H * omnifmt::kResidual * D * 2);
-      k.k_codes = d.alloc(H * body * D * bits / 8);
-      k.v_codes = d.alloc(H * body * D * bits / 8);
-      k.k_params = d.alloc(H * (body / omnifmt::kKeyBlock) * D * 4);
-      k.v_params = d.alloc(H * body * (D / omnifmt::kValueGroup) * 4);
-      k.k_norms = d.alloc(body * 2);
-      if (oscar_omni_capacity(&k) < capacity) fail("internal: GpuKvCache holds {} tokens, {} needed", oscar_omni_capacity(&k), capacity);
+      if (oscar_omni_cache_create(&k, 1, n_kv_, D, bits, capacity, &err) != OSCAR_OK) fail("GpuKvCache: {}", err.message);
       d.omni_layers.push_back(k);
       continue;
     }
-    const int S = recipe.windows.sink, W = recipe.windows.recent;
-    const int64_t body = std::max<int64_t>(0, static_cast<int64_t>(capacity) - S - W);
-    oscar_kv_cache k{};
-    k.batch = 1;
-    k.num_kv_heads = n_kv_;
-    k.head_dim = D;
-    k.bits = bits;
-    k.sink = S;
-    k.recent = W;
-    k.body_capacity = body;
+    oscar_cov_cache k{};
+    if (oscar_cov_cache_create(&k, 1, n_kv_, D, bits, recipe.windows.sink, recipe.windows.recent, capacity, &err) != OSCAR_OK)
+      fail("GpuKvCache: {}", err.message);
     k.clip_k = recipe.key.clip_ratio;
     k.clip_v = recipe.value.clip_ratio;
-    k.k_sink = d.alloc(H * S * D * 2);
-    k.v_sink = d.alloc(H * S * D * 2);
-    k.k_recent = d.alloc(H * W * D * 2);
-    k.v_recent = d.alloc(H * W * D * 2);
-    k.k_codes = d.alloc(H * body * D * bits / 8);
-    k.v_codes = d.alloc(H * body * D * bits / 8);
-    k.k_params = d.alloc(H * body * 4);
-    k.v_params = d.alloc(H * body * 4);
-    if (oscar_kv_capacity(&k) < capacity) fail("internal: GpuKvCache holds {} tokens, {} needed", oscar_kv_capacity(&k), capacity);
     d.layers.push_back(k);
   }
   const size_t kv_bytes = H * D * 2, q_bytes = static_cast<size_t>(n_heads_) * D * 2;
@@ -208,7 +182,7 @@ GpuKvCache::GpuKvCache(const ModelConfig& c, const Recipe& recipe, const Covaria
   d.out = static_cast<float*>(d.alloc(static_cast<size_t>(n_heads_) * D * sizeof(float)));
   d.out_host.resize(static_cast<size_t>(n_heads_) * D);
   d.row.resize(D);
-  d.workspace_bytes = std::max<size_t>(oscar_kv_decode_workspace_bytes(1, n_heads_, n_kv_, D, capacity, 1), kAlign);
+  d.workspace_bytes = std::max<size_t>(oscar_decode_workspace_bytes(1, n_heads_, n_kv_, D, capacity, 1), kAlign);
   d.workspace = d.alloc(d.workspace_bytes);
 }
 
@@ -258,17 +232,17 @@ bool GpuKvCache::attend(int layer, const MatrixRM& q, MatrixRM& out) {
     if (d.omni)
       status_check(oscar_omni_append(&d.omni_layers[layer], dbase, dbase + d.off_v, dlens, L, nullptr, &err), err, "oscar_omni_append", layer);
     else
-      status_check(oscar_kv_append(&d.layers[layer], dbase, dbase + d.off_v, dlens, L, nullptr, &err), err, "oscar_kv_append", layer);
-    if (const size_t need = oscar_kv_decode_workspace_bytes(1, n_heads_, n_kv_, D, L + 1, 1); need > d.workspace_bytes)
+      status_check(oscar_cov_append(&d.layers[layer], dbase, dbase + d.off_v, dlens, L, nullptr, &err), err, "oscar_cov_append", layer);
+    if (const size_t need = oscar_decode_workspace_bytes(1, n_heads_, n_kv_, D, L + 1, 1); need > d.workspace_bytes)
       d.grow_workspace(need);  // sized for the capacity at construction; grown if a shorter length needs more
     if (d.omni)
       status_check(oscar_omni_decode(&d.omni_layers[layer], dbase + d.off_q, n_heads_, dlens + 1, L + 1, scale, d.out, d.workspace,
                                      d.workspace_bytes, nullptr, &err),
                    err, "oscar_omni_decode", layer);
     else
-      status_check(oscar_kv_decode(&d.layers[layer], dbase + d.off_q, n_heads_, dlens + 1, L + 1, scale, d.out, d.workspace,
+      status_check(oscar_cov_decode(&d.layers[layer], dbase + d.off_q, n_heads_, dlens + 1, L + 1, scale, d.out, d.workspace,
                                    d.workspace_bytes, nullptr, &err),
-                   err, "oscar_kv_decode", layer);
+                   err, "oscar_cov_decode", layer);
     OSCAR_CUDA(cudaMemcpy(d.out_host.data(), d.out, d.out_host.size() * sizeof(float), cudaMemcpyDeviceToHost));
     OSCAR_CUDA(cudaGetLastError());
     for (int h = 0; h < n_heads_; ++h) {

@@ -2,8 +2,8 @@
 // (kernels/include/oscar_kv.h, formats oscar-cov and oscar-omni) over the kernels' own quantized cache, token by token
 // as a server would. Each new token's K and V are rotated on the host by the recipe's R_K and R_V
 // (layer_rotations, as QuantizedKvCache and cache_sim get them), rounded to bf16 (nearest even) and
-// appended with oscar_kv_append (the kernel quantizes the token leaving the recent window into the
-// body); the query is rotated by R_K, oscar_kv_decode attends (softmax scale 1/sqrt(head_dim)), and the
+// appended with oscar_cov_append (the kernel quantizes the token leaving the recent window into the
+// body); the query is rotated by R_K, oscar_cov_decode attends (softmax scale 1/sqrt(head_dim)), and the
 // output is un-rotated on the host (o = o' R_V^T). Every CUDA call and oscar_status is checked; a
 // failure throws oscar::Error with the layer and the call.
 #pragma once

@@ -1,4 +1,4 @@
-// kv_cache.cu: oscar-cov quantized KV cache (layout: oscar/kv_cache_format.h): prefill quantize,
+// cov_cache.cu: oscar-cov quantized KV cache (layout: oscar/cov_format.h): prefill quantize,
 // decode append with window demotion, split-KV decode attention over INT2/INT4 bodies with BF16
 // sink/recent windows, the BF16 baseline decode, and the exact log-sum-exp merge.
 //
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(256) kv_prefill_kernel(CacheView c, const uint
     quantize_row16<BITS>(kx, c.clip_k, kbits, kpar);
     quantize_row16<BITS>(vx, c.clip_v, vbits, vpar);
     if (!live) continue;
-    const int64_t nb = kvfmt::body_tokens(len, c.S, c.W);
+    const int64_t nb = covfmt::body_tokens(len, c.S, c.W);
     if (t < c.S) {
       reinterpret_cast<uint4*>(c.ks + (bh * c.S + t) * kHD)[lane16] = kin;
       reinterpret_cast<uint4*>(c.vs + (bh * c.S + t) * kHD)[lane16] = vin;
@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(kWarps * 32, BITS == 2 ? OSCAR_KV_MIN_BLOCKS_I
   const int b = static_cast<int>(bh / c.Hkv), h = static_cast<int>(bh % c.Hkv);
   const int split = blockIdx.x;
   const int64_t L = max(0, a.lens[b]);
-  const int64_t nb = kvfmt::body_tokens(L, c.S, c.W);
+  const int64_t nb = covfmt::body_tokens(L, c.S, c.W);
   const uint16_t* qrow = a.q + (static_cast<int64_t>(b) * a.Hq + h * a.G + min(g, a.G - 1)) * kHD;
   const bool qlive = g < a.G;
   uint16_t* ps = ps_all[warp];
@@ -469,7 +469,7 @@ __global__ void __launch_bounds__(kWarps * 32) bf16_decode_kernel(const uint16_t
 }  // namespace
 
 // Host-side dispatch helpers (the one place where bits are dispatched).
-oscar_status check_cache(const oscar_kv_cache* c, const char* fn, oscar_error* err, CacheView& v) {
+oscar_status check_cache(const oscar_cov_cache* c, const char* fn, oscar_error* err, CacheView& v) {
   if (!c) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
   if (c->head_dim != kHD)
     return api::fail(err, OSCAR_ERR_UNSUPPORTED, "%s: head_dim=%d unsupported (only 128 is compiled)", fn, c->head_dim);
@@ -517,7 +517,7 @@ oscar_status launch_prefill(const CacheView& v, int bits, const uint16_t* k, con
   const unsigned blocks = static_cast<unsigned>(want < 16LL * sm_count() ? want : 16LL * sm_count());
   if (bits == 2) kv_prefill_kernel<2><<<blocks, 256, 0, s>>>(v, k, vv, lens, max_len);
   else kv_prefill_kernel<4><<<blocks, 256, 0, s>>>(v, k, vv, lens, max_len);
-  return api::check_launch(err, "oscar_kv_prefill");
+  return api::check_launch(err, "oscar_cov_prefill");
 }
 
 oscar_status launch_append(const CacheView& v, int bits, const uint16_t* k, const uint16_t* vv, const int32_t* lens,
@@ -526,7 +526,7 @@ oscar_status launch_append(const CacheView& v, int bits, const uint16_t* k, cons
   const unsigned blocks = static_cast<unsigned>((bh + 7) / 8);
   if (bits == 2) kv_append_kernel<2><<<blocks, 256, 0, s>>>(v, k, vv, lens);
   else kv_append_kernel<4><<<blocks, 256, 0, s>>>(v, k, vv, lens);
-  return api::check_launch(err, "oscar_kv_append");
+  return api::check_launch(err, "oscar_cov_append");
 }
 
 oscar_status launch_decode(const CacheView* v, int bits, const uint16_t* k, const uint16_t* vv, int64_t cap, DecodeArgs a,
@@ -552,21 +552,21 @@ oscar_status launch_decode(const CacheView* v, int bits, const uint16_t* k, cons
 
 using namespace oscar;
 
-extern "C" int64_t oscar_kv_capacity(const oscar_kv_cache* c) {
+extern "C" int64_t oscar_cov_capacity(const oscar_cov_cache* c) {
   return c ? static_cast<int64_t>(c->sink) + c->body_capacity + c->recent : 0;
 }
 
-extern "C" oscar_status oscar_kv_prefill(const oscar_kv_cache* cache, const void* k, const void* v, const int32_t* seq_lens,
+extern "C" oscar_status oscar_cov_prefill(const oscar_cov_cache* cache, const void* k, const void* v, const int32_t* seq_lens,
                                          int32_t max_len, void* stream, oscar_error* err) {
-  const char* fn = "oscar_kv_prefill";
+  const char* fn = "oscar_cov_prefill";
   kernels::CacheView cv;
   oscar_status st = kernels::check_cache(cache, fn, err, cv);
   if (st != OSCAR_OK) return st;
   if ((st = kernels::check_write_args(fn, "k, v", k, v, seq_lens, err)) != OSCAR_OK) return st;
   if (max_len < 0) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_len=%d is negative", fn, max_len);
-  if (max_len > oscar_kv_capacity(cache))
+  if (max_len > oscar_cov_capacity(cache))
     return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_len=%d exceeds the cache capacity %lld", fn, max_len,
-                     (long long)oscar_kv_capacity(cache));
+                     (long long)oscar_cov_capacity(cache));
   if (max_len == 0) return OSCAR_OK;
   if (static_cast<int64_t>(cache->batch) * cache->num_kv_heads * max_len >= (int64_t(1) << 32))
     return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch * kv_heads * max_len must be below 2^32", fn);
@@ -574,19 +574,19 @@ extern "C" oscar_status oscar_kv_prefill(const oscar_kv_cache* cache, const void
                                  max_len, static_cast<cudaStream_t>(stream), err);
 }
 
-extern "C" oscar_status oscar_kv_append(const oscar_kv_cache* cache, const void* k_new, const void* v_new,
+extern "C" oscar_status oscar_cov_append(const oscar_cov_cache* cache, const void* k_new, const void* v_new,
                                         const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err) {
-  const char* fn = "oscar_kv_append";
+  const char* fn = "oscar_cov_append";
   kernels::CacheView cv;
   oscar_status st = kernels::check_cache(cache, fn, err, cv);
   if (st != OSCAR_OK) return st;
   if ((st = kernels::check_write_args(fn, "k_new, v_new", k_new, v_new, seq_lens, err)) != OSCAR_OK) return st;
-  if ((st = kernels::check_append_len(fn, max_seq_len, oscar_kv_capacity(cache), err)) != OSCAR_OK) return st;
+  if ((st = kernels::check_append_len(fn, max_seq_len, oscar_cov_capacity(cache), err)) != OSCAR_OK) return st;
   return kernels::launch_append(cv, cache->bits, static_cast<const uint16_t*>(k_new), static_cast<const uint16_t*>(v_new),
                                 seq_lens, static_cast<cudaStream_t>(stream), err);
 }
 
-extern "C" size_t oscar_kv_decode_workspace_bytes(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim,
+extern "C" size_t oscar_decode_workspace_bytes(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim,
                                                   int32_t max_seq_len, int32_t quantized) {
   (void)num_q_heads;
   (void)head_dim;
@@ -599,14 +599,14 @@ extern "C" size_t oscar_kv_decode_workspace_bytes(int32_t batch, int32_t num_q_h
 }
 
 
-extern "C" oscar_status oscar_kv_decode(const oscar_kv_cache* cache, const void* q, int32_t num_q_heads, const int32_t* seq_lens,
+extern "C" oscar_status oscar_cov_decode(const oscar_cov_cache* cache, const void* q, int32_t num_q_heads, const int32_t* seq_lens,
                                         int32_t max_seq_len, float softmax_scale, float* out, void* workspace,
                                         size_t workspace_bytes, void* stream, oscar_error* err) {
-  const char* fn = "oscar_kv_decode";
+  const char* fn = "oscar_cov_decode";
   kernels::CacheView cv;
   oscar_status st = kernels::check_cache(cache, fn, err, cv);
   if (st != OSCAR_OK) return st;
-  st = kernels::check_decode_args(fn, q, num_q_heads, cache->num_kv_heads, seq_lens, max_seq_len, oscar_kv_capacity(cache), out,
+  st = kernels::check_decode_args(fn, q, num_q_heads, cache->num_kv_heads, seq_lens, max_seq_len, oscar_cov_capacity(cache), out,
                                   workspace, err);
   if (st != OSCAR_OK) return st;
   kernels::DecodeArgs a;

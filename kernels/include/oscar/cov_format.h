@@ -1,5 +1,5 @@
-// kv_cache_format.h: THE on-device layout of oscar-kv's quantized KV cache (recipe oscar-cov), and
-// its byte-size formulas. Shared by the CUDA kernels (kernels/src/kv_cache.cu), the C API
+// cov_format.h: THE on-device layout of oscar-kv's quantized KV cache (recipe oscar-cov), and
+// its byte-size formulas. Shared by the CUDA kernels (kernels/src/cov_cache.cu), the C API
 // (oscar_kv.h), the benchmarks and the CPU tests; plain C++ with OSCAR_HD functions.
 //
 // Recipe oscar-cov (token-wise asymmetric groups, rotated K and V):
@@ -34,7 +34,7 @@
 
 #include "oscar/host_device.h"
 
-namespace oscar::kvfmt {
+namespace oscar::covfmt {
 
 constexpr int kDefaultSink = 64;
 constexpr int kDefaultRecent = 256;
@@ -70,4 +70,29 @@ OSCAR_HD int64_t decode_read_bytes(int64_t tokens, int head_dim, int bits, int s
   return (tokens - nb) * bf16_bytes_per_token(head_dim) + nb * body_bytes_per_token(head_dim, bits);
 }
 
-}  // namespace oscar::kvfmt
+// Every device array of an oscar-cov cache, in bytes, for `batch` sequences of `kv_heads` KV heads that
+// must each hold `capacity` tokens (sink + body + recent; the body gets what the windows leave). THE size
+// formula: the C API's allocator (oscar_cov_cache_create), the benchmarks, the tests and the Python
+// package all take their sizes from here.
+struct Layout {
+  int64_t body_capacity = 0;  // body tokens per (sequence, KV head)
+  int64_t capacity = 0;       // tokens one (sequence, KV head) holds: sink + body_capacity + recent
+  int64_t sink_bytes = 0;     // each of k_sink, v_sink
+  int64_t recent_bytes = 0;   // each of k_recent, v_recent
+  int64_t codes_bytes = 0;    // each of k_codes, v_codes
+  int64_t params_bytes = 0;   // each of k_params, v_params
+  OSCAR_HD int64_t total_bytes() const { return 2 * (sink_bytes + recent_bytes + codes_bytes + params_bytes); }
+};
+OSCAR_HD Layout layout(int batch, int kv_heads, int head_dim, int bits, int64_t capacity, int sink, int recent) {
+  Layout l;
+  const int64_t bh = static_cast<int64_t>(batch) * kv_heads;
+  l.body_capacity = body_tokens(capacity, sink, recent);
+  l.capacity = sink + l.body_capacity + recent;
+  l.sink_bytes = bh * sink * head_dim * 2;
+  l.recent_bytes = bh * recent * head_dim * 2;
+  l.codes_bytes = bh * l.body_capacity * body_code_bytes(head_dim, bits);
+  l.params_bytes = bh * l.body_capacity * kParamBytes;
+  return l;
+}
+
+}  // namespace oscar::covfmt

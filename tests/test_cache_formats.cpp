@@ -1,12 +1,12 @@
-// test_kv_cache_format.cpp: the byte-size formulas of oscar/kv_cache_format.h, checked by hand
+// test_cache_formats.cpp: the byte-size formulas of oscar/cov_format.h, checked by hand
 // (oscar-cov, head_dim 128, sink 64, recent 256) and of oscar/omni_format.h, including the memory ratios
 // vs BF16 at 128K tokens.
 #include <catch2/catch.hpp>
 
-#include "oscar/kv_cache_format.h"
+#include "oscar/cov_format.h"
 #include "oscar/omni_format.h"
 
-using namespace oscar::kvfmt;
+using namespace oscar::covfmt;
 
 TEST_CASE("oscar-cov per-token bytes", "[kv_cache_format]") {
   // INT2: 128 channels * 2 bits = 32 bytes of codes + fp16 scale + fp16 zero = 36 bytes per tensor.
@@ -58,4 +58,33 @@ TEST_CASE("oscar-omni bytes and segments", "[kv_cache_format]") {
   CHECK(state_bytes(T, 128, 2, 8) == 128 * 512 + 131072 * 96.25);  // 12,681,216 B
   CHECK(67108864.0 / state_bytes(T, 128, 2, 8) == Approx(5.292).epsilon(1e-3));  // OScaR reports 5.3x
   CHECK(decode_read_bytes(300, 128, 2, 8) == 44 * 512 + 256 * 96.25);
+}
+
+TEST_CASE("layout(): every array of each format, by hand", "[kv_cache_format]") {
+  // oscar-cov, B=2, 8 KV heads, head_dim 128, INT2, sink 64, recent 256, 1000 tokens: body 680 tokens.
+  const Layout c = layout(2, 8, 128, 2, 1000, 64, 256);
+  CHECK(c.body_capacity == 680);
+  CHECK(c.capacity == 1000);
+  CHECK(c.sink_bytes == 16 * 64 * 128 * 2);
+  CHECK(c.recent_bytes == 16 * 256 * 128 * 2);
+  CHECK(c.codes_bytes == 16 * 680 * 32);
+  CHECK(c.params_bytes == 16 * 680 * 4);
+  // The per-(sequence, head) state formula agrees with the arrays.
+  CHECK(c.total_bytes() == 16 * state_bytes(1000, 128, 2, 64, 256));
+  // Fewer tokens than the windows: no body, the windows still allocated.
+  CHECK(layout(1, 1, 64, 4, 100, 64, 256).body_capacity == 0);
+  CHECK(layout(1, 1, 64, 4, 100, 64, 256).capacity == 320);
+
+  // oscar-omni, B=2, 8 KV heads, head_dim 128, INT2, 1000 tokens: body rounded up to 896 (= 7 blocks)
+  // so that body + 127 >= 1000.
+  const oscar::omnifmt::Layout o = oscar::omnifmt::layout(2, 8, 128, 2, 1000);
+  CHECK(o.body_capacity == 896);
+  CHECK(o.capacity == 1023);
+  CHECK(o.res_bytes == 16 * 128 * 128 * 2);
+  CHECK(o.codes_bytes == 16 * 896 * 32);
+  CHECK(o.k_params_bytes == 16 * (896 / 32) * 128 * 4);
+  CHECK(o.v_params_bytes == 16 * 896 * 4 * 4);
+  CHECK(o.norms_bytes == 2 * 896 * 2);
+  CHECK(oscar::omnifmt::layout(1, 1, 128, 2, 127).body_capacity == 0);
+  CHECK(oscar::omnifmt::layout(1, 1, 128, 2, 128).body_capacity == 128);
 }

@@ -1,8 +1,8 @@
-// kv_omni.cu: oscar-omni (OScaR) quantized KV cache (layout: oscar/omni_format.h): prefill and append
+// omni_cache.cu: oscar-omni (OScaR) quantized KV cache (layout: oscar/omni_format.h): prefill and append
 // quantize (per-token key norms over all KV heads, keys per channel over 32-token blocks, values per token
 // in 32-channel groups, BF16 residual block of 128), and split-KV decode attention over it.
 //
-// Decode design (same skeleton as the oscar-cov kernel in kv_cache.cu, see decode_common.cuh):
+// Decode design (same skeleton as the oscar-cov kernel in cov_cache.cu, see decode_common.cuh):
 //  * Keys: k^_tc = n_t (s_bc code_tc + z_bc) for token t of key block b, channel c. Per block of 32 tokens
 //    (one warp chunk) the query is folded with the block's channel scales: B_c = q^_c s_bc (fp16, q^ = q
 //    scaled by a power of two so |q^| < 1), and the MMA runs on the raw codes (magic-number fp16 A
@@ -417,7 +417,7 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, float& pw, const uint8
   }
   // Keep the accumulators centred: move the chunk's mid-code offset mid * sum(p * s) (times the channel's
   // 2^(BITS pos)) from acc into st.off (an accumulator growing by it over a long split loses the output
-  // to the tensor cores' fp32 accumulation; see kv_cache.cu's int_chunk).
+  // to the tensor cores' fp32 accumulation; see cov_cache.cu's int_chunk).
 #pragma unroll
   for (int mt = 0; mt < 8; ++mt)
 #pragma unroll

@@ -1,0 +1,121 @@
+// cache_alloc.cu: the format units' host helpers: allocate and fill, or free, the C struct of either cache
+// format, with every array's size taken from its layout function (oscar/cov_format.h, oscar/omni_format.h).
+// One zeroed cudaMalloc per cache, carved into 16-byte-aligned arrays in struct order; the first array's
+// pointer is the allocation, which destroy frees.
+#include <cuda_runtime.h>
+
+#include "api_util.h"
+#include "oscar/cov_format.h"
+#include "oscar/omni_format.h"
+#include "oscar_kv.h"
+
+namespace {
+
+int64_t round16(int64_t b) { return (b + 15) / 16 * 16; }
+
+// Shapes every format allocates for; the kernels' own checks (head_dim compiled, GQA) come at launch.
+oscar_status check_shape(const char* fn, int32_t batch, int32_t kv_heads, int32_t head_dim, int32_t bits,
+                         int64_t capacity, oscar_error* err) {
+  if (batch < 1 || kv_heads < 1)
+    return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch=%d num_kv_heads=%d must be positive", fn, batch, kv_heads);
+  if (head_dim < 32 || head_dim % 32 != 0)
+    return oscar::api::fail(err, OSCAR_ERR_UNSUPPORTED, "%s: head_dim=%d must be a positive multiple of 32", fn, head_dim);
+  if (bits != 2 && bits != 4) return oscar::api::fail(err, OSCAR_ERR_UNSUPPORTED, "%s: bits=%d unsupported (2 or 4)", fn, bits);
+  if (capacity < 1) return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: capacity=%lld must be positive", fn, (long long)capacity);
+  return OSCAR_OK;
+}
+
+// One allocation carved into `n` arrays of the given byte sizes (each rounded up to 16 bytes).
+oscar_status carve(const char* fn, const int64_t* bytes, void** out[], int n, oscar_error* err) {
+  if (oscar_device_count() == 0) return oscar::api::fail(err, OSCAR_ERR_NO_DEVICE, "%s: no CUDA device is visible", fn);
+  int64_t total = 0;
+  for (int i = 0; i < n; ++i) total += round16(bytes[i]);
+  void* base = nullptr;
+  OSCAR_CUDA_TRY(cudaMalloc(&base, static_cast<size_t>(total)), err, fn);
+  const cudaError_t e = cudaMemset(base, 0, static_cast<size_t>(total));
+  if (e != cudaSuccess) {
+    cudaFree(base);
+    return oscar::api::fail(err, OSCAR_ERR_CUDA, "%s: CUDA error %s (%s)", fn, cudaGetErrorName(e), cudaGetErrorString(e));
+  }
+  char* p = static_cast<char*>(base);
+  for (int i = 0; i < n; ++i) {
+    *out[i] = p;
+    p += round16(bytes[i]);
+  }
+  return OSCAR_OK;
+}
+
+}  // namespace
+
+extern "C" int64_t oscar_cov_cache_bytes(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t bits, int32_t sink,
+                                         int32_t recent, int64_t capacity) {
+  if (check_shape("", batch, num_kv_heads, head_dim, bits, capacity, nullptr) != OSCAR_OK || sink < 0 || recent < 1) return 0;
+  const oscar::covfmt::Layout l = oscar::covfmt::layout(batch, num_kv_heads, head_dim, bits, capacity, sink, recent);
+  return 2 * (round16(l.sink_bytes) + round16(l.recent_bytes) + round16(l.codes_bytes) + round16(l.params_bytes));
+}
+
+extern "C" oscar_status oscar_cov_cache_create(oscar_cov_cache* cache, int32_t batch, int32_t num_kv_heads, int32_t head_dim,
+                                               int32_t bits, int32_t sink, int32_t recent, int64_t capacity, oscar_error* err) {
+  const char* fn = "oscar_cov_cache_create";
+  if (!cache) return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
+  if (oscar_status st = check_shape(fn, batch, num_kv_heads, head_dim, bits, capacity, err); st != OSCAR_OK) return st;
+  if (sink < 0 || recent < 1)
+    return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: sink=%d recent=%d (sink >= 0, recent >= 1)", fn, sink, recent);
+  const oscar::covfmt::Layout l = oscar::covfmt::layout(batch, num_kv_heads, head_dim, bits, capacity, sink, recent);
+  oscar_cov_cache c{};
+  c.batch = batch;
+  c.num_kv_heads = num_kv_heads;
+  c.head_dim = head_dim;
+  c.bits = bits;
+  c.sink = sink;
+  c.recent = recent;
+  c.body_capacity = l.body_capacity;
+  c.clip_k = oscar::covfmt::kClipK;
+  c.clip_v = oscar::covfmt::kClipV;
+  const int64_t bytes[8] = {l.sink_bytes, l.sink_bytes, l.recent_bytes, l.recent_bytes,
+                            l.codes_bytes, l.codes_bytes, l.params_bytes, l.params_bytes};
+  void** arrays[8] = {&c.k_sink, &c.v_sink, &c.k_recent, &c.v_recent, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params};
+  if (oscar_status st = carve(fn, bytes, arrays, 8, err); st != OSCAR_OK) return st;
+  *cache = c;
+  return OSCAR_OK;
+}
+
+extern "C" oscar_status oscar_cov_cache_destroy(oscar_cov_cache* cache, oscar_error* err) {
+  if (!cache) return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "oscar_cov_cache_destroy: cache is NULL");
+  if (cache->k_sink) OSCAR_CUDA_TRY(cudaFree(cache->k_sink), err, "oscar_cov_cache_destroy");
+  *cache = oscar_cov_cache{};
+  return OSCAR_OK;
+}
+
+extern "C" int64_t oscar_omni_cache_bytes(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t bits, int64_t capacity) {
+  if (check_shape("", batch, num_kv_heads, head_dim, bits, capacity, nullptr) != OSCAR_OK) return 0;
+  const oscar::omnifmt::Layout l = oscar::omnifmt::layout(batch, num_kv_heads, head_dim, bits, capacity);
+  return 2 * (round16(l.res_bytes) + round16(l.codes_bytes)) + round16(l.k_params_bytes) + round16(l.v_params_bytes) +
+         round16(l.norms_bytes);
+}
+
+extern "C" oscar_status oscar_omni_cache_create(oscar_omni_cache* cache, int32_t batch, int32_t num_kv_heads, int32_t head_dim,
+                                                int32_t bits, int64_t capacity, oscar_error* err) {
+  const char* fn = "oscar_omni_cache_create";
+  if (!cache) return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
+  if (oscar_status st = check_shape(fn, batch, num_kv_heads, head_dim, bits, capacity, err); st != OSCAR_OK) return st;
+  const oscar::omnifmt::Layout l = oscar::omnifmt::layout(batch, num_kv_heads, head_dim, bits, capacity);
+  oscar_omni_cache c{};
+  c.batch = batch;
+  c.num_kv_heads = num_kv_heads;
+  c.head_dim = head_dim;
+  c.bits = bits;
+  c.body_capacity = l.body_capacity;
+  const int64_t bytes[7] = {l.res_bytes, l.res_bytes, l.codes_bytes, l.codes_bytes, l.k_params_bytes, l.v_params_bytes, l.norms_bytes};
+  void** arrays[7] = {&c.k_res, &c.v_res, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params, &c.k_norms};
+  if (oscar_status st = carve(fn, bytes, arrays, 7, err); st != OSCAR_OK) return st;
+  *cache = c;
+  return OSCAR_OK;
+}
+
+extern "C" oscar_status oscar_omni_cache_destroy(oscar_omni_cache* cache, oscar_error* err) {
+  if (!cache) return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "oscar_omni_cache_destroy: cache is NULL");
+  if (cache->k_res) OSCAR_CUDA_TRY(cudaFree(cache->k_res), err, "oscar_omni_cache_destroy");
+  *cache = oscar_omni_cache{};
+  return OSCAR_OK;
+}
