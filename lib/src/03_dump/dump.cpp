@@ -292,10 +292,15 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
         ++groups;
         highest = std::max(highest, std::atoi(name.c_str() + 6));
       }
-      if (groups != I.n_layers || highest != I.n_layers - 1)
-        fail("{}: attribute n_layers={} but the file holds {} layer groups (highest /{}); the attributes and the data "
+      if (groups > I.n_layers || highest >= I.n_layers)
+        fail("{}: attribute n_layers={} but the file holds {} layer groups (up to /{}); the attributes and the data "
              "disagree: re-create the dump, or correct n_layers",
-             path, I.n_layers, groups, highest >= 0 ? layer_group(highest) : std::string("none"));
+             path, I.n_layers, groups, layer_group(highest));
+      for (int l = 0; l < I.n_layers; ++l)
+        if (!f.nameExists(layer_group(l)))
+          fail("{}: group /{} is missing: attribute n_layers={} but the file holds {} layer groups; the dump is "
+               "incomplete: re-create it",
+               path, layer_group(l), I.n_layers, groups);
     }
     impl_->layer_checked = std::make_unique<std::atomic<bool>[]>(I.n_layers);
     for (int l = 0; l < I.n_layers; ++l) impl_->layer_checked[l] = false;
