@@ -26,6 +26,7 @@ TniReport analyze_dump(const DumpReader& dump, const AnalyzeOptions& opt) {
   r.info = dump.info();
   r.token_ids = dump.token_ids();
   r.token_text = dump.token_text();
+  r.outlier_z = opt.outlier_z;
   const DumpInfo& I = r.info;
   Progress bar("analyze", I.n_layers, opt.progress);
   for (int l = 0; l < I.n_layers; ++l) {
@@ -77,7 +78,8 @@ void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers) {
   if (std::isfinite(I.mean_next_token_loss)) fmt::print(out, "passage mean next-token loss: {:.4f} nats\n", I.mean_next_token_loss);
   fmt::print(out,
              "TNI = max/min token L2 norm; chan = max channel absmax / median channel absmax; outliers: |robust z| of "
-             "log-norm > 3.5\n\n");
+             "log-norm > {}; undefined: 0/0 (an all-zero head)\n\n",
+             r.outlier_z);
   fmt::print(out, "{:>5} {:>4} {:<5} | {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>6} {:>7} | {:>6} | {:>4}  {}\n", "layer",
              "head", "x", "min", "p05", "median", "p95", "max", "max/med", "min/med", "CV", "TNI", "chan", "outl",
              "strongest outliers (pos 'token' norm/median)");
@@ -149,6 +151,7 @@ void write_tni_json(const TniReport& r, const std::string& path, int max_outlier
       "max over tokens of the L2 norm / min over tokens of the L2 norm, per layer, KV head and tensor; null where undefined "
       "(0/0: an all-zero head) or infinite";
   j["undefined_tni_rows"] = r.undefined_tni();
+  j["outlier_z"] = r.outlier_z;
   if (std::isfinite(I.mean_next_token_loss)) j["mean_next_token_loss"] = I.mean_next_token_loss;
   j["rows"] = json::array();
   for (const TniRow& row : r.rows) {
