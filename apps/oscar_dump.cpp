@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   app.add_option("--tokens", r.tokens, "passage length in tokens, BOS included")->default_val(512);
   app.add_option("--out", r.out, "output HDF5 file (written atomically)")->required();
   app.add_option("--dtype", r.dtype, "storage dtype: float32 or float16")->default_val("float32");
+  app.add_flag("--allow-high-loss", r.allow_high_loss,
+               "keep a dump whose mean loss is above ln(vocab) (worse than uniform: a tokenizer of another model?)");
   bool quiet = false;
   app.add_flag("--quiet", quiet, "no progress bar");
   return oscar::run_app("oscar-dump", app, argc, argv, [&] {

@@ -153,3 +153,47 @@ TEST_CASE("top-8 overlap counts the eight most attended keys", "[fidelity]") {
   CHECK(f[0].out_rel_err == Approx(0.0).margin(1e-12));  // V constant: the output does not move
   CHECK(f[0].kl > 0);
 }
+
+TEST_CASE("undefined metrics are NaN, not 0 or inf", "[fidelity][undefined]") {
+  const HeadTensor q = gaussian(2, 12, 4, 7), zero = tensor(1, 12, 4, std::vector<float>(48, 0.0f));
+  const HeadTensor k = gaussian(1, 12, 4, 8), v = gaussian(1, 12, 4, 9);
+  SECTION("all-zero keys and values: relative errors are 0/0") {
+    const auto f = layer_fidelity(q, zero, zero, zero, zero, 5);
+    REQUIRE(f.size() == 1);
+    CHECK(std::isnan(f[0].k_rel_mse));
+    CHECK(std::isnan(f[0].v_rel_mse));
+    CHECK(std::isnan(f[0].logit_rel_mse));   // every logit is 0
+    CHECK(std::isnan(f[0].out_rel_err));     // every output is 0
+    CHECK(f[0].kl == 0);                     // uniform against uniform: defined
+    CHECK(f[0].top8_overlap == 1);
+  }
+  SECTION("a zero reference with a non-zero approximation is undefined too") {
+    const auto f = layer_fidelity(q, zero, zero, k, v, 5);
+    CHECK(std::isnan(f[0].k_rel_mse));
+    CHECK(std::isnan(f[0].v_rel_mse));
+    CHECK(std::isnan(f[0].logit_rel_mse));
+    CHECK(std::isnan(f[0].out_rel_err));
+  }
+  SECTION("zero values with real keys: only the value and output errors are undefined") {
+    const auto f = layer_fidelity(q, k, zero, k, zero, 5);
+    CHECK(f[0].k_rel_mse == 0);
+    CHECK(f[0].logit_rel_mse == 0);
+    CHECK(std::isnan(f[0].v_rel_mse));
+    CHECK(std::isnan(f[0].out_rel_err));
+  }
+  SECTION("queries whose output is zero are left out of the output error's mean") {
+    // Values zero on tokens 0..9, one on 10..11: the query at position 9 (of the last 3) sees only zero
+    // values; the queries at 10 and 11 have an output and an error of 1 (v^ = 0).
+    std::vector<float> vv(48, 0.0f);
+    for (int t = 10; t < 12; ++t)
+      for (int c = 0; c < 4; ++c) vv[t * 4 + c] = 1.0f;
+    const HeadTensor v2 = tensor(1, 12, 4, vv);
+    const auto f = layer_fidelity(q, k, v2, k, zero, 3);
+    CHECK(f[0].out_rel_err == Approx(1.0));
+  }
+  SECTION("more queries than tokens evaluates every position") {
+    const auto a = layer_fidelity(q, k, v, k, zero, 12), b = layer_fidelity(q, k, v, k, zero, 1000);
+    CHECK(a[0].out_rel_err == b[0].out_rel_err);
+    CHECK(a[0].kl == b[0].kl);
+  }
+}

@@ -115,3 +115,83 @@ TEST_CASE("a small sweep end to end", "[sweep]") {
   write_sweep_outputs(cfg, r);
   for (const char* f : {"layers.csv", "summary.csv", "summary.md", "pareto.png"}) CHECK(fs::file_size(fs::path(out) / f) > 0);
 }
+
+TEST_CASE("a sweep runs every width it asks, keeps a recipe's own widths and labels them truly", "[sweep][widths]") {
+  RecipeFile naive = load_preset("naive");
+  CHECK(recipe_widths(naive, {2, 8}) == std::vector<RecipeWidths>{{2, 2}, {8, 8}});
+  CHECK(widths_label(naive, {8, 8}) == "naive@8");
+  RecipeFile fp16 = load_preset("fp16");
+  CHECK(recipe_widths(fp16, {2, 8}) == std::vector<RecipeWidths>{{16, 16}});  // fixes both: runs once
+  CHECK(widths_label(fp16, {16, 16}) == "fp16");
+  const std::string head = "output: out\ndumps:\n  - path: " + eval_dump() + "\n";
+  SECTION("a recipe's key bits stay; the label says K4V2") {
+    const auto p = write_config("k4.yaml", head + "bits: [2, 4]\nrecipes:\n  - {preset: naive, name: nk4, key: {bits: 4}}\n");
+    const SweepConfig c = load_sweep_config(p);
+    REQUIRE(c.recipes.size() == 1);
+    CHECK(c.recipes[0].key_bits_fixed);
+    CHECK(!c.recipes[0].value_bits_fixed);
+    const auto ws = recipe_widths(c.recipes[0], c.recipes[0].bits);
+    REQUIRE(ws == std::vector<RecipeWidths>{{4, 2}, {4, 4}});
+    const Recipe r = resolve_recipe(c.recipes[0], ws[0], 8);
+    CHECK(r.name == "nk4@K4V2");
+    CHECK(r.key.bits == 4);
+    CHECK(r.value.bits == 2);
+    CHECK(resolve_recipe(c.recipes[0], ws[1], 8).name == "nk4@4");
+  }
+  SECTION("the entry's own bits win over the config's") {
+    const auto p = write_config("own.yaml", head + "bits: [2]\nrecipes:\n  - naive\n  - {preset: quarot, bits: [3, 8]}\n");
+    const SweepConfig c = load_sweep_config(p);
+    CHECK(c.recipes[0].bits == std::vector<int>{2});
+    CHECK(c.recipes[1].bits == std::vector<int>{3, 8});
+  }
+  SECTION("a width a recipe cannot take stops the run before any work, naming both") {
+    const auto p = write_config("tq8.yaml", head + "bits: [2, 8]\nrecipes: [naive, turboquant]\n");
+    CHECK_THROWS_WITH(run_sweep(load_sweep_config(p), false),
+                      Catch::Contains("tq8.yaml") && Catch::Contains("recipe 'turboquant@8' cannot run with 8-bit keys") &&
+                          Catch::Contains("LloydMax"));
+  }
+  SECTION("bits that are not integers, none, or repeated are errors naming the line") {
+    CHECK_THROWS_WITH(load_sweep_config(write_config("two.yaml", head + "recipes: [naive]\nbits: two\n")),
+                      Catch::Contains("two.yaml:5: bad value 'two' for 'bits'"));
+    CHECK_THROWS_WITH(load_sweep_config(write_config("half.yaml", head + "recipes: [naive]\nbits: [2, 2.5]\n")),
+                      Catch::Contains("half.yaml:5: bad value '2.5' for 'bits'"));
+    CHECK_THROWS_WITH(load_sweep_config(write_config("none.yaml", head + "recipes: [naive]\nbits: []\n")),
+                      Catch::Contains("none.yaml:5") && Catch::Contains("asks for no width"));
+    CHECK_THROWS_WITH(load_sweep_config(write_config("rep.yaml", head + "recipes: [naive]\nbits: [3, 3]\n")),
+                      Catch::Contains("bits 3 is listed twice"));
+    CHECK_THROWS_WITH(load_sweep_config(write_config("kb.yaml", head + "recipes:\n  - {preset: naive, name: x, key: {bits: 12}}\n")),
+                      Catch::Contains("kb.yaml:5") && Catch::Contains("key bits 12 out of range"));
+  }
+}
+
+TEST_CASE("dumps with one file name get labels that tell them apart", "[sweep][names]") {
+  const fs::path a = test::scratch() / "dupA", b = test::scratch() / "dupB";
+  fs::create_directories(a);
+  fs::create_directories(b);
+  fs::copy_file(eval_dump(), a / "p.h5", fs::copy_options::overwrite_existing);
+  fs::copy_file(calib_dump(), b / "p.h5", fs::copy_options::overwrite_existing);
+  const auto p = write_config("dup.yaml", "output: out\nrecipes: [naive]\ndumps:\n  - path: dupA/p.h5\n  - path: dupB/p.h5\n  - path: " +
+                                              eval_dump() + "\n");
+  const SweepConfig c = load_sweep_config(p);
+  REQUIRE(c.dumps.size() == 3);
+  CHECK(c.dumps[0].name == "dupA/p.h5");
+  CHECK(c.dumps[1].name == "dupB/p.h5");
+  CHECK(c.dumps[2].name == fs::path(eval_dump()).stem().string());
+  const auto q = write_config("dup2.yaml", "output: out\nrecipes: [naive]\ndumps:\n  - {name: x, path: dupA/p.h5}\n  - {name: x, path: dupB/p.h5}\n");
+  CHECK_THROWS_WITH(load_sweep_config(q), Catch::Contains("dup2.yaml:5: two dumps are named 'x'"));
+}
+
+TEST_CASE("the summary states the queries evaluated and renders undefined values", "[sweep][undefined]") {
+  CHECK(metric_text(NAN, "{:.4f}", false) == "undefined");
+  CHECK(metric_text(NAN, "{:.4f}", true) == "");
+  CHECK(metric_text(0.5, "{:.4f}", true) == "0.5000");
+  CHECK(widths_text(4, 2) == "K4V2");
+  CHECK(widths_text(3, 3) == "3");
+  const auto p = write_config("q.yaml", "output: out\nqueries: 5000\nbits: [2]\nrecipes: [naive]\ndumps:\n  - {name: s, path: " + eval_dump() + "}\n");
+  const SweepConfig cfg = load_sweep_config(p);
+  const SweepResult r = run_sweep(cfg, false);
+  REQUIRE(r.summary.size() == 1);
+  CHECK(r.summary[0].queries == 96);
+  CHECK(summary_markdown(cfg, r).find("96 queries") != std::string::npos);
+  CHECK(r.warnings.empty());
+}

@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "dump_fixture.h"
 #include "oscar/04_stats/analyze.h"
@@ -76,4 +78,48 @@ TEST_CASE("analyze_dump covers every layer, KV head and tensor of a real dump", 
   CHECK(row.tensor == "v");
   CHECK(row.stats.norms.tni == direct.norms.tni);
   CHECK(rep.token_label(0) == "<s>");
+}
+
+TEST_CASE("an all-zero head has undefined ratios and no outliers", "[tni][undefined]") {
+  const std::vector<float> zero(32 * 4, 0.0f);
+  const HeadStats s = head_stats(zero.data(), 32, 4);
+  CHECK(std::isnan(s.norms.tni));
+  CHECK(std::isnan(s.norms.max_over_median));
+  CHECK(std::isnan(s.norms.min_over_median));
+  CHECK(std::isnan(s.norms.cv));
+  CHECK(std::isnan(s.channels.spread));
+  CHECK(s.outliers.empty());
+  CHECK(s.norms.max == 0);
+}
+
+TEST_CASE("one zero-norm token among others: infinite TNI, and the token is the outlier", "[tni][undefined]") {
+  std::vector<float> x;
+  for (int t = 0; t < 16; ++t) x.insert(x.end(), {t == 3 ? 0.0f : 1.0f + 0.01f * static_cast<float>(t % 3), 0.0f});
+  const HeadStats s = head_stats(x.data(), 16, 2);
+  CHECK(std::isinf(s.norms.tni));
+  CHECK(s.norms.min_over_median == 0);
+  REQUIRE(s.outliers.size() == 1);
+  CHECK(s.outliers[0].position == 3);
+}
+
+TEST_CASE("the report counts undefined rows and renders them as undefined", "[tni][undefined]") {
+  TniReport r;
+  r.info.n_layers = 1;
+  const std::vector<float> zero(8 * 2, 0.0f);
+  const float ok[] = {1, 0, 2, 0, 1, 1, 0, 3, 1, 0, 2, 0, 1, 1, 0, 3};
+  r.rows.push_back({0, 0, "k", head_stats(zero.data(), 8, 2)});
+  r.rows.push_back({0, 1, "k", head_stats(ok, 8, 2)});
+  r.rows.push_back({0, 0, "v", head_stats(zero.data(), 8, 2)});
+  CHECK(r.undefined_tni() == 2);
+  char* buf = nullptr;
+  size_t len = 0;
+  std::FILE* f = open_memstream(&buf, &len);
+  print_tni_table(r, f, 3);
+  std::fclose(f);
+  const std::string out(buf, len);
+  std::free(buf);
+  CHECK(out.find("2 undefined (all-zero) rows left out") != std::string::npos);
+  CHECK(out.find("|     3.00 ") != std::string::npos);             // K: the defined head's TNI (3 / 1)
+  CHECK(out.find("| undefined undefined\n") != std::string::npos);  // V: no defined head
+  CHECK(out.find("nan") == std::string::npos);
 }

@@ -9,3 +9,6 @@ head -c 4000 "$FIX/rev.h5" > "$FIX/trunc.h5"
 echo "not hdf5" > "$FIX/text.h5"
 head -c 50000 "$M" > "$FIX/trunc.bin"
 head -c 100000 "$X" > "$FIX/trunc.txt.gz"
+# semantics.tsv: degenerate and inconsistent dumps, a tokenizer of another vocabulary of the same size, non-UTF-8 text
+PY=$(for p in python3 /usr/bin/python3; do "$p" -c 'import h5py, numpy' 2>/dev/null && { echo "$p"; break; }; done)
+"${PY:-python3}" "$SRC/tests/bad_inputs/semantics_fixtures.py" "$FIX" "$DATA"

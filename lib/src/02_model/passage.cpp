@@ -1,16 +1,61 @@
 // passage.cpp: passage selection. Encodes only as many lines as the passage needs: when no
 // multi-character vocabulary entry contains '\n', BPE merges never cross a line break, so encoding a
 // prefix of whole lines gives exactly the prefix of the full encoding; otherwise the rest of the text
-// is encoded whole.
+// is encoded whole. Text that is not UTF-8 (binary garbage, another encoding) is refused with its offset.
 #include "oscar/02_model/passage.h"
+
+#include <algorithm>
 
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
 
 namespace oscar {
 
+namespace {
+
+// Offset of the first byte that does not belong to well-formed UTF-8 (RFC 3629: no overlong forms, no
+// surrogates, nothing above U+10FFFF) or is NUL, or text.size() when all is well.
+size_t first_bad_utf8(const std::string& text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned c = p[i];
+    if (c == 0) return i;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int len;
+    unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c == 0xE0) len = 3, lo = 0xA0;
+    else if (c >= 0xE1 && c <= 0xEC) len = 3;
+    else if (c == 0xED) len = 3, hi = 0x9F;
+    else if (c >= 0xEE && c <= 0xEF) len = 3;
+    else if (c == 0xF0) len = 4, lo = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3) len = 4;
+    else if (c == 0xF4) len = 4, hi = 0x8F;
+    else return i;
+    if (i + len > n) return i;
+    if (p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (int k = 2; k < len; ++k)
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
+    i += len;
+  }
+  return n;
+}
+
+}  // namespace
+
 std::vector<std::string> read_lines(const std::string& path) {
   const std::string text = read_text_file(path);
+  if (const size_t bad = first_bad_utf8(text); bad < text.size()) {
+    const long line = 1 + std::count(text.begin(), text.begin() + static_cast<long>(bad), '\n');
+    fail("{}: not UTF-8 text: byte {} (line {}{}) is 0x{:02x}, {}; give a UTF-8 text file, one line per verse or paragraph",
+         path, bad, line, path.size() > 3 && path.substr(path.size() - 3) == ".gz" ? ", after decompression" : "",
+         static_cast<unsigned char>(text[bad]), text[bad] == 0 ? "a NUL (a binary file?)" : "not valid UTF-8");
+  }
   std::vector<std::string> lines;
   size_t start = 0;
   while (start < text.size()) {

@@ -4,12 +4,16 @@
 #include <H5Cpp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <mutex>
+#include <regex>
 
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
 #include "oscar/01_core/h5_attrs.h"
+#include "oscar/float_formats.h"
 
 namespace oscar {
 
@@ -37,6 +41,20 @@ void check_finite(const float* p, size_t n, const std::string& path, int layer, 
            path, layer, tensor, p[i], i / per_head, (i % per_head) / head_dim, i % head_dim);
     }
   }
+}
+
+// The HDF5 library (Debian's build is not thread-safe) is entered by one reader thread at a time;
+// decoding float16 and checking values run outside this lock, on the caller's thread.
+std::mutex& h5_read_lock() {
+  static std::mutex m;
+  return m;
+}
+
+// Index of the first half-precision NaN or Inf in p[0..n), or n.
+size_t first_nonfinite_half(const uint16_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if ((p[i] & 0x7C00u) == 0x7C00u) return i;
+  return n;
 }
 
 }  // namespace
@@ -167,6 +185,20 @@ struct DumpReader::Impl {
   DumpInfo info;
   std::vector<int> ids;
   std::vector<std::string> text;
+  std::unique_ptr<std::atomic<bool>[]> layer_checked;  // every tensor of the layer checked for NaN/Inf
+
+  // Reads the whole dataset /layer/tensor into `out` (float32) or `half` (float16 bits, no conversion).
+  void read_raw(int layer, const std::string& tensor, std::vector<float>* out, std::vector<uint16_t>* half) const {
+    std::lock_guard<std::mutex> lock(h5_read_lock());
+    try {
+      H5::DataSet ds = file->openDataSet(layer_group(layer) + "/" + tensor);
+      if (half) ds.read(half->data(), float16_type());
+      else ds.read(out->data(), H5::PredType::NATIVE_FLOAT);
+    } catch (const H5::Exception& e) {
+      fail("{}: reading /{}/{} failed ({}); the file is truncated or corrupt: re-create the dump", path, layer_group(layer),
+           tensor, e.getDetailMsg());
+    }
+  }
 };
 
 DumpReader::DumpReader(DumpReader&&) noexcept = default;
@@ -251,6 +283,27 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
         }
       }
     }
+    {  // the layer groups present must be exactly layer_000 .. layer_{n_layers-1}
+      const std::regex layer_name("layer_[0-9]+");
+      int groups = 0, highest = -1;
+      for (hsize_t i = 0; i < f.getNumObjs(); ++i) {
+        const std::string name = f.getObjnameByIdx(i);
+        if (!std::regex_match(name, layer_name)) continue;
+        ++groups;
+        highest = std::max(highest, std::atoi(name.c_str() + 6));
+      }
+      if (groups > I.n_layers || highest >= I.n_layers)
+        fail("{}: attribute n_layers={} but the file holds {} layer groups (up to /{}); the attributes and the data "
+             "disagree: re-create the dump, or correct n_layers",
+             path, I.n_layers, groups, layer_group(highest));
+      for (int l = 0; l < I.n_layers; ++l)
+        if (!f.nameExists(layer_group(l)))
+          fail("{}: group /{} is missing: attribute n_layers={} but the file holds {} layer groups; the dump is "
+               "incomplete: re-create it",
+               path, layer_group(l), I.n_layers, groups);
+    }
+    impl_->layer_checked = std::make_unique<std::atomic<bool>[]>(I.n_layers);
+    for (int l = 0; l < I.n_layers; ++l) impl_->layer_checked[l] = false;
     for (int l = 0; l < I.n_layers; ++l) {
       const std::string g = layer_group(l);
       if (!f.nameExists(g))
@@ -285,8 +338,10 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
 LayerDump DumpReader::read_layer(int layer, const std::vector<std::string>& tensors) const {
   const DumpInfo& I = impl_->info;
   if (layer < 0 || layer >= I.n_layers) fail("{}: layer {} out of range (n_layers={})", impl_->path, layer, I.n_layers);
+  const bool f16 = I.storage_dtype == "float16";
   LayerDump d;
   d.layer = layer;
+  std::vector<uint16_t> half;
   for (const std::string& t : tensors) {
     HeadTensor* dst = t == "q" ? &d.q : t == "q_pre" ? &d.q_pre : t == "k" ? &d.k : t == "k_pre" ? &d.k_pre : t == "v" ? &d.v : nullptr;
     if (!dst) fail("unknown dump tensor '{}' (expected q, q_pre, k, k_pre or v)", t);
@@ -294,14 +349,39 @@ LayerDump DumpReader::read_layer(int layer, const std::vector<std::string>& tens
     dst->tokens = static_cast<int>(I.token_count);
     dst->head_dim = I.head_dim;
     dst->data.resize(static_cast<size_t>(dst->heads) * dst->tokens * dst->head_dim);
-    try {
-      H5::DataSet ds = impl_->file->openDataSet(layer_group(layer) + "/" + t);
-      ds.read(dst->data.data(), H5::PredType::NATIVE_FLOAT);
-    } catch (const H5::Exception& e) {
-      fail("{}: reading /{}/{} failed ({}); the file is truncated or corrupt: re-create the dump", impl_->path,
-           layer_group(layer), t, e.getDetailMsg());
+    if (f16) {  // raw half bits through HDF5 (no library conversion), decoded here
+      half.resize(dst->data.size());
+      impl_->read_raw(layer, t, nullptr, &half);
+      for (size_t i = 0; i < half.size(); ++i) dst->data[i] = half_bits_to_float(half[i]);
+    } else {
+      impl_->read_raw(layer, t, &dst->data, nullptr);
     }
     check_finite(dst->data.data(), dst->data.size(), impl_->path, layer, t, dst->tokens, dst->head_dim);
+  }
+  // The layer's other tensors are checked too, once per reader, so that no NaN/Inf goes unnoticed in a
+  // tensor a tool does not read (q_pre, k_pre).
+  if (!impl_->layer_checked[layer].load()) {
+    std::vector<float> buf;
+    for (const char* t : kTensors) {
+      if (std::find(tensors.begin(), tensors.end(), t) != tensors.end()) continue;
+      const int heads = t[0] == 'q' ? I.n_heads : I.n_kv_heads;
+      const size_t n = static_cast<size_t>(heads) * I.token_count * I.head_dim;
+      if (f16) {
+        half.resize(n);
+        impl_->read_raw(layer, t, nullptr, &half);
+        const size_t i = first_nonfinite_half(half.data(), n);
+        if (i < n) {  // decode to name the position
+          buf.resize(n);
+          for (size_t k = 0; k < n; ++k) buf[k] = half_bits_to_float(half[k]);
+          check_finite(buf.data(), n, impl_->path, layer, t, static_cast<int>(I.token_count), I.head_dim);
+        }
+      } else {
+        buf.resize(n);
+        impl_->read_raw(layer, t, &buf, nullptr);
+        check_finite(buf.data(), n, impl_->path, layer, t, static_cast<int>(I.token_count), I.head_dim);
+      }
+    }
+    impl_->layer_checked[layer] = true;
   }
   return d;
 }
@@ -313,6 +393,7 @@ std::vector<float> DumpReader::read_head(int layer, const std::string& tensor, i
     fail("{}: layer {} head {} out of range", impl_->path, layer, head);
   std::vector<float> out(static_cast<size_t>(I.token_count) * I.head_dim);
   try {
+    std::lock_guard<std::mutex> lock(h5_read_lock());
     H5::DataSet ds = impl_->file->openDataSet(layer_group(layer) + "/" + tensor);
     H5::DataSpace fs = ds.getSpace();
     hsize_t off[3] = {static_cast<hsize_t>(head), 0, 0};

@@ -2,6 +2,7 @@
 #include "oscar/03_dump/dump_passage.h"
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 
 #include "oscar/02_model/checkpoint.h"
@@ -55,6 +56,18 @@ DumpSummary dump_passage(const DumpRequest& req) {
   s.tokens = static_cast<int>(p.tokens.size());
   s.first_line = p.first_line;
   s.mean_loss = mean_next_token_loss(logits, p.tokens);
+  const double uniform = std::log(static_cast<double>(ck.config.vocab_size));
+  if (!(s.mean_loss <= uniform)) {  // NaN too
+    const std::string why = fmt::format(
+        "the passage's mean next-token loss is {:.2f} nats, above the {:.2f} nats of a uniform guess over the {} tokens "
+        "of the vocabulary: the tokenizer probably does not belong to the model {} (or the text is nothing like its "
+        "training text)",
+        s.mean_loss, uniform, ck.config.vocab_size, req.model);
+    if (!req.allow_high_loss)
+      fail("{}: {}; use the tokenizer the model was trained with, or pass --allow-high-loss to keep the dump", req.tokenizer,
+           why);
+    fmt::print(stderr, "warning: {}: {}; kept (--allow-high-loss)\n", req.tokenizer, why);
+  }
   w.set_mean_next_token_loss(s.mean_loss);
   w.finish();
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -26,6 +26,7 @@ TniReport analyze_dump(const DumpReader& dump, const AnalyzeOptions& opt) {
   r.info = dump.info();
   r.token_ids = dump.token_ids();
   r.token_text = dump.token_text();
+  r.outlier_z = opt.outlier_z;
   const DumpInfo& I = r.info;
   Progress bar("analyze", I.n_layers, opt.progress);
   for (int l = 0; l < I.n_layers; ++l) {
@@ -39,7 +40,19 @@ TniReport analyze_dump(const DumpReader& dump, const AnalyzeOptions& opt) {
     bar.advance();
   }
   bar.done();
+  const int undefined = r.undefined_tni();
+  if (undefined > 0)
+    fmt::print(stderr,
+               "warning: {}: TNI is undefined (0/0: every token's norm is zero) for {} of {} (layer, KV head, tensor) rows; "
+               "shown as undefined and left out of the per-layer summary\n",
+               r.dump_path, undefined, r.rows.size());
   return r;
+}
+
+int TniReport::undefined_tni() const {
+  int n = 0;
+  for (const TniRow& row : rows) n += std::isnan(row.stats.norms.tni) ? 1 : 0;
+  return n;
 }
 
 namespace {
@@ -47,6 +60,15 @@ std::string shorten(std::string s, size_t n) {
   if (s.size() > n) s = s.substr(0, n - 1) + "~";
   return s;
 }
+
+// A number for the terminal table: "undefined" for NaN, padded to `width`.
+std::string num(double v, int width, int prec) {
+  if (std::isnan(v)) return fmt::format("{:>{}}", "undefined", width);
+  return fmt::format("{:>{}.{}f}", v, width, prec);
+}
+
+// A number for CSV: empty for NaN (undefined).
+std::string csv(double v) { return std::isnan(v) ? std::string() : fmt::format("{:.6g}", v); }
 }  // namespace
 
 void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers) {
@@ -56,7 +78,8 @@ void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers) {
   if (std::isfinite(I.mean_next_token_loss)) fmt::print(out, "passage mean next-token loss: {:.4f} nats\n", I.mean_next_token_loss);
   fmt::print(out,
              "TNI = max/min token L2 norm; chan = max channel absmax / median channel absmax; outliers: |robust z| of "
-             "log-norm > 3.5\n\n");
+             "log-norm > {}; undefined: 0/0 (an all-zero head)\n\n",
+             r.outlier_z);
   fmt::print(out, "{:>5} {:>4} {:<5} | {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>6} {:>7} | {:>6} | {:>4}  {}\n", "layer",
              "head", "x", "min", "p05", "median", "p95", "max", "max/med", "min/med", "CV", "TNI", "chan", "outl",
              "strongest outliers (pos 'token' norm/median)");
@@ -68,21 +91,25 @@ void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers) {
       outl += fmt::format("{}{} '{}' {:.2f}", i ? ", " : "", o.position, shorten(r.token_label(o.position), 12), o.ratio);
     }
     const std::string name = row.tensor == "k" ? "K" : row.tensor == "k_pre" ? "Kpre" : "V";
-    fmt::print(out, "{:>5} {:>4} {:<5} | {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} | {:>7.3f} {:>7.3f} {:>6.3f} {:>7.2f} | {:>6.2f} | {:>4}  {}\n",
-               row.layer, row.kv_head, name, d.min, d.p05, d.median, d.p95, d.max, d.max_over_median, d.min_over_median,
-               d.cv, d.tni, row.stats.channels.spread, row.stats.outliers.size(), outl);
+    fmt::print(out, "{:>5} {:>4} {:<5} | {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} | {} {} {} {} | {} | {:>4}  {}\n",
+               row.layer, row.kv_head, name, d.min, d.p05, d.median, d.p95, d.max, num(d.max_over_median, 7, 3),
+               num(d.min_over_median, 7, 3), num(d.cv, 6, 3), num(d.tni, 7, 2), num(row.stats.channels.spread, 6, 2),
+               row.stats.outliers.size(), outl);
   }
-  // Compact per-layer summary: TNI of K (post-RoPE) and V, worst head.
-  fmt::print(out, "\nTNI summary (worst KV head per layer):\n{:>5} | {:>8} {:>8} | {:>8} {:>8}\n", "layer", "K TNI", "K chan",
-             "V TNI", "V chan");
+  // Compact per-layer summary: TNI of K (post-RoPE) and V, worst head among those where it is defined.
+  const int undefined = r.undefined_tni();
+  fmt::print(out, "\nTNI summary (worst KV head per layer{}):\n{:>5} | {:>8} {:>8} | {:>8} {:>8}\n",
+             undefined ? fmt::format("; {} undefined (all-zero) rows left out", undefined) : std::string(), "layer", "K TNI",
+             "K chan", "V TNI", "V chan");
+  const auto worse = [](double acc, double x) { return std::isnan(x) ? acc : std::isnan(acc) ? x : std::max(acc, x); };
   for (int l = 0; l < I.n_layers; ++l) {
-    double kt = 0, kc = 0, vt = 0, vc = 0;
+    double kt = NAN, kc = NAN, vt = NAN, vc = NAN;
     for (const TniRow& row : r.rows) {
       if (row.layer != l) continue;
-      if (row.tensor == "k") kt = std::max(kt, row.stats.norms.tni), kc = std::max(kc, row.stats.channels.spread);
-      if (row.tensor == "v") vt = std::max(vt, row.stats.norms.tni), vc = std::max(vc, row.stats.channels.spread);
+      if (row.tensor == "k") kt = worse(kt, row.stats.norms.tni), kc = worse(kc, row.stats.channels.spread);
+      if (row.tensor == "v") vt = worse(vt, row.stats.norms.tni), vc = worse(vc, row.stats.channels.spread);
     }
-    fmt::print(out, "{:>5} | {:>8.2f} {:>8.2f} | {:>8.2f} {:>8.2f}\n", l, kt, kc, vt, vc);
+    fmt::print(out, "{:>5} | {} {} | {} {}\n", l, num(kt, 8, 2), num(kc, 8, 2), num(vt, 8, 2), num(vc, 8, 2));
   }
 }
 
@@ -95,12 +122,12 @@ void write_tni_csv(const TniReport& r, const std::string& path) {
     for (const TniRow& row : r.rows) {
       const NormDistribution& d = row.stats.norms;
       const auto& o = row.stats.outliers;
-      f << fmt::format("{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{},{:.6g},{},{},{}\n",
+      f << fmt::format("{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{},{},{},{},{},{},{:.6g},{},{},{}\n",
                        row.layer, row.kv_head, row.tensor, row.stats.token_norms.size(), d.min, d.p01, d.p05, d.p25, d.median,
-                       d.p75, d.p95, d.p99, d.max, d.mean, d.cv, d.max_over_median, d.min_over_median, d.tni,
-                       row.stats.channels.spread, row.stats.channels.argmax_channel, row.stats.channels.median_absmax,
-                       o.size(), o.empty() ? std::string() : std::to_string(o[0].position),
-                       o.empty() ? std::string() : fmt::format("{:.6g}", o[0].ratio));
+                       d.p75, d.p95, d.p99, d.max, d.mean, csv(d.cv), csv(d.max_over_median), csv(d.min_over_median),
+                       csv(d.tni), csv(row.stats.channels.spread), row.stats.channels.argmax_channel,
+                       row.stats.channels.median_absmax, o.size(), o.empty() ? std::string() : std::to_string(o[0].position),
+                       o.empty() ? std::string() : csv(o[0].ratio));
     }
     if (!f.flush()) fail("{}: write failed", path);
   }
@@ -120,7 +147,11 @@ void write_tni_json(const TniReport& r, const std::string& path, int max_outlier
   j["head_dim"] = I.head_dim;
   j["token_count"] = I.token_count;
   j["text_source"] = I.text_source;
-  j["tni_definition"] = "max over tokens of the L2 norm / min over tokens of the L2 norm, per layer, KV head and tensor";
+  j["tni_definition"] =
+      "max over tokens of the L2 norm / min over tokens of the L2 norm, per layer, KV head and tensor; null where undefined "
+      "(0/0: an all-zero head) or infinite";
+  j["undefined_tni_rows"] = r.undefined_tni();
+  j["outlier_z"] = r.outlier_z;
   if (std::isfinite(I.mean_next_token_loss)) j["mean_next_token_loss"] = I.mean_next_token_loss;
   j["rows"] = json::array();
   for (const TniRow& row : r.rows) {

@@ -82,8 +82,16 @@ SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTe
           [&](int i) { return out.k_hat.head(i / d)[static_cast<long>(t) * d + i % d]; }, H * d, r.norm_dtype);
   }
   for (int h = 0; h < H; ++h) {
-    quantize_head(out.k_hat.head(h), T, d, r.key, out.segments, r.windows.window_dtype, norms);
-    quantize_head(out.v_hat.head(h), T, d, r.value, out.segments, r.windows.window_dtype, {});
+    try {  // errors (e.g. a scale that overflows its dtype) name the KV head and tensor
+      quantize_head(out.k_hat.head(h), T, d, r.key, out.segments, r.windows.window_dtype, norms);
+    } catch (const Error& e) {
+      fail("KV head {} keys: {}", h, e.what());
+    }
+    try {
+      quantize_head(out.v_hat.head(h), T, d, r.value, out.segments, r.windows.window_dtype, {});
+    } catch (const Error& e) {
+      fail("KV head {} values: {}", h, e.what());
+    }
     rot.key->apply_inverse(out.k_hat.head(h), T);
     rot.value->apply_inverse(out.v_hat.head(h), T);
   }

@@ -38,9 +38,39 @@ ScaleDtype parse_dtype(const YAML::Node& n, const std::string& file, const std::
   fail("{}: '{}' = '{}' is not a storage dtype; use fp16, bf16 or fp32", where(n, file), key, s);
 }
 
+}  // namespace
+
+std::vector<int> parse_bits_list(const YAML::Node& b, const std::string& file, const std::string& key) {
+  std::vector<int> out;
+  if (b.IsSequence()) {
+    if (b.size() == 0) fail("{}: '{}: []' asks for no width; list at least one (1..8, or 16 for fp16)", where(b, file), key);
+    for (const auto& x : b) {
+      if (!x.IsScalar()) fail("{}: '{}' entries must be integers (1..8, or 16 for fp16)", where(x, file), key);
+      out.push_back(get<int>(x, file, key));
+    }
+  } else if (b.IsScalar()) {
+    out.push_back(get<int>(b, file, key));
+  } else {
+    fail("{}: '{}' must be an integer or a list of integers (1..8, or 16 for fp16)", where(b, file), key);
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!((out[i] >= 1 && out[i] <= 8) || out[i] == 16))
+      fail("{}: bits {} out of range; use 1..8 (or 16 for fp16)", where(b.IsSequence() ? b[i] : b, file), out[i]);
+    if (std::find(out.begin(), out.begin() + i, out[i]) != out.begin() + i)
+      fail("{}: bits {} is listed twice in '{}'; list each width once", where(b.IsSequence() ? b[i] : b, file), out[i], key);
+  }
+  return out;
+}
+
+namespace {
+
 void parse_tensor(const YAML::Node& n, const std::string& file, const std::string& what, TensorQuant& q) {
   check_keys(n, file, what, {"bits", "axis", "group", "symmetric", "clip", "clip_search", "scale_dtype", "rounding", "codebook"});
-  if (n["bits"]) q.bits = get<int>(n["bits"], file, "bits");
+  if (n["bits"]) {
+    q.bits = get<int>(n["bits"], file, "bits");
+    if (!((q.bits >= 1 && q.bits <= 8) || q.bits == 16))
+      fail("{}: {} bits {} out of range; use 1..8 (or 16 to keep it in fp16)", where(n["bits"], file), what, q.bits);
+  }
   if (n["axis"]) {
     const auto a = get<std::string>(n["axis"], file, "axis");
     if (a == "token") q.axis = QuantAxis::PerToken;
@@ -122,21 +152,19 @@ RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeF
   Recipe& r = out.recipe;
   if (node["name"]) r.name = get<std::string>(node["name"], file, "name");
   if (node["source"]) r.source = get<std::string>(node["source"], file, "source");
-  if (node["bits"]) {
-    const YAML::Node b = node["bits"];
-    out.bits.clear();
-    if (b.IsSequence())
-      for (const auto& x : b) out.bits.push_back(get<int>(x, file, "bits"));
-    else out.bits.push_back(get<int>(b, file, "bits"));
-    for (int x : out.bits)
-      if (!((x >= 1 && x <= 8) || x == 16)) fail("{}: bits {} out of range; use 1..8 (or 16 for fp16)", where(b, file), x);
-  }
+  if (node["bits"]) out.bits = parse_bits_list(node["bits"], file, "bits");
   if (node["key_rotation"]) parse_rotation(node["key_rotation"], file, "key_rotation", r.key_rotation);
   if (node["value_rotation"]) parse_rotation(node["value_rotation"], file, "value_rotation", r.value_rotation);
   if (node["omni_token_scaling"]) r.omni_token_scaling = get<bool>(node["omni_token_scaling"], file, "omni_token_scaling");
   if (node["norm_dtype"]) r.norm_dtype = parse_dtype(node["norm_dtype"], file, "norm_dtype");
-  if (node["key"]) parse_tensor(node["key"], file, "key", r.key);
-  if (node["value"]) parse_tensor(node["value"], file, "value", r.value);
+  if (node["key"]) {
+    parse_tensor(node["key"], file, "key", r.key);
+    if (node["key"]["bits"]) out.key_bits_fixed = true;
+  }
+  if (node["value"]) {
+    parse_tensor(node["value"], file, "value", r.value);
+    if (node["value"]["bits"]) out.value_bits_fixed = true;
+  }
   if (node["windows"]) {
     const YAML::Node w = node["windows"];
     check_keys(w, file, "windows", {"sink", "recent", "residual", "dtype"});
@@ -148,9 +176,10 @@ RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeF
       fail("{}: window sizes must be >= 0", where(w, file));
   }
   if (r.name.empty()) fail("{}: a recipe needs a name", where(node, file));
-  if (out.bits.empty()) {  // a recipe that names no widths: its own, else the usual low-bit range
-    const bool fixed = r.key.bits < 16 || (node["key"] && node["key"]["bits"]) || (node["value"] && node["value"]["bits"]);
-    out.bits = fixed ? std::vector<int>{r.key.bits} : std::vector<int>{2, 3, 4};
+  if (out.bits.empty()) {  // a recipe that names no widths: the width it fixes, else the usual low-bit range
+    if (out.key_bits_fixed) out.bits = {r.key.bits};
+    else if (out.value_bits_fixed) out.bits = {r.value.bits};
+    else out.bits = {2, 3, 4};
   }
   return out;
 }
@@ -191,10 +220,14 @@ RecipeFile load_preset(const std::string& name) {
   return load_recipe_file(p.string());
 }
 
-Recipe resolve_recipe(const Recipe& in, int bits, int head_dim) {
+namespace {
+
+// Sets the widths, resolves group = head_dim and checks that the recipe can run on this head_dim.
+Recipe resolve_at(const Recipe& in, int key_bits, int value_bits, int head_dim) {
   Recipe r = in;
+  r.key.bits = key_bits;
+  r.value.bits = value_bits;
   for (TensorQuant* q : {&r.key, &r.value}) {
-    if (q->bits < 16 || bits < 16) q->bits = bits;
     if (q->group == 0) q->group = head_dim;
     if (q->quantized() && q->codebook == Codebook::Uniform && q->axis == QuantAxis::PerToken && head_dim % q->group != 0)
       fail("recipe {}: group size {} does not divide head_dim {}; use a divisor of {} (or group: head_dim)", r.name, q->group,
@@ -209,9 +242,43 @@ Recipe resolve_recipe(const Recipe& in, int bits, int head_dim) {
            "covariance with order U",
            r.name, head_dim);
   }
+  return r;
+}
+
+}  // namespace
+
+Recipe resolve_recipe(const Recipe& in, int bits, int head_dim) {
+  Recipe r = resolve_at(in, bits, bits, head_dim);
   if (r.name.find('@') == std::string::npos && bits < 16) r.name = fmt::format("{}@{}", r.name, bits);
   return r;
 }
 
+std::vector<RecipeWidths> recipe_widths(const RecipeFile& rf, const std::vector<int>& bits) {
+  std::vector<RecipeWidths> out;
+  if (rf.key_bits_fixed && rf.value_bits_fixed) return {{rf.recipe.key.bits, rf.recipe.value.bits}};
+  for (int b : bits) {
+    const RecipeWidths w{rf.key_bits_fixed ? rf.recipe.key.bits : b, rf.value_bits_fixed ? rf.recipe.value.bits : b};
+    if (std::find(out.begin(), out.end(), w) == out.end()) out.push_back(w);
+  }
+  return out;
+}
+
+std::string widths_label(const RecipeFile& rf, RecipeWidths w) {
+  if (w.key == 16 && w.value == 16 && rf.key_bits_fixed && rf.value_bits_fixed) return rf.recipe.name;
+  if (w.key == w.value) return fmt::format("{}@{}", rf.recipe.name, w.key);
+  return fmt::format("{}@K{}V{}", rf.recipe.name, w.key, w.value);
+}
+
+Recipe resolve_recipe(const RecipeFile& rf, RecipeWidths w, int head_dim) {
+  const std::string label = widths_label(rf, w);
+  try {
+    Recipe r = resolve_at(rf.recipe, w.key, w.value, head_dim);
+    r.name = label;
+    return r;
+  } catch (const Error& e) {
+    fail("recipe '{}' cannot run with {}-bit keys and {}-bit values on head_dim {}: {}", label, w.key, w.value, head_dim,
+         e.what());
+  }
+}
 
 }  // namespace oscar

@@ -28,7 +28,7 @@ double rel_sq(const HeadTensor& a, const HeadTensor& b, int h) {
     num += (x - y) * (x - y);
     den += x * x;
   }
-  return den > 0 ? num / den : (num > 0 ? INFINITY : 0.0);
+  return den > 0 ? num / den : NAN;  // a zero reference: the relative error is undefined
 }
 
 std::vector<int> top_indices(const double* p, int n, int k) {
@@ -56,7 +56,7 @@ std::vector<Fidelity> layer_fidelity(const HeadTensor& q, const HeadTensor& k, c
     const MatD K = head_block(k, h, 0, T), Kh = head_block(k_hat, h, 0, T);
     const MatD V = head_block(v, h, 0, T), Vh = head_block(v_hat, h, 0, T);
     double lnum = 0, lden = 0, kl = 0, oerr = 0, top = 0;
-    long count = 0;
+    long count = 0, ocount = 0;
     for (int g = 0; g < group; ++g) {
       const MatD Q = head_block(q, h * group + g, T - N, N);
       const MatD L = (Q * K.transpose()) * scale, Lh = (Q * Kh.transpose()) * scale;
@@ -89,7 +89,7 @@ std::vector<Fidelity> layer_fidelity(const HeadTensor& q, const HeadTensor& k, c
         }
         kl += std::max(kli, 0.0);
         const double on = o.norm();
-        oerr += on > 0 ? (o - oh).norm() / on : 0.0;
+        if (on > 0) oerr += (o - oh).norm() / on, ++ocount;  // a zero output: its relative error is undefined
         const auto a = top_indices(p.data(), visible, 8), b = top_indices(ph.data(), visible, 8);
         std::vector<int> both;
         std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
@@ -97,9 +97,9 @@ std::vector<Fidelity> layer_fidelity(const HeadTensor& q, const HeadTensor& k, c
         ++count;
       }
     }
-    f.logit_rel_mse = lden > 0 ? lnum / lden : (lnum > 0 ? INFINITY : 0.0);  // as rel_sq
+    f.logit_rel_mse = lden > 0 ? lnum / lden : NAN;  // as rel_sq
     f.kl = kl / static_cast<double>(count);
-    f.out_rel_err = oerr / static_cast<double>(count);
+    f.out_rel_err = ocount > 0 ? oerr / static_cast<double>(ocount) : NAN;
     f.top8_overlap = top / static_cast<double>(count);
   }
   return out;

@@ -16,6 +16,8 @@ struct Passage {
   std::vector<int> tokens;   // BOS first
 };
 
+// The lines of a text file (plain or gzip); throws Error naming the file, byte offset and line when the
+// text is not well-formed UTF-8 or holds a NUL byte.
 std::vector<std::string> read_lines(const std::string& path);
 
 // Throws Error (naming the file) when the offset is outside the text or the text after it has fewer

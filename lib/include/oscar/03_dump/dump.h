@@ -3,7 +3,8 @@
 // [n_heads, T, head_dim] and k, k_pre, v [n_kv_heads, T, head_dim] (k and q after RoPE), stored as
 // float32 or float16 in chunks of [1, <=1024, head_dim], so one layer or one head reads alone.
 // DumpWriter writes through a temporary file renamed on finish(); DumpReader validates attributes,
-// shapes and dtypes against each other and streams one layer (or one head) at a time.
+// shapes and dtypes against each other (n_layers against the layer groups present) and streams one
+// layer (or one head) at a time.
 #pragma once
 #include <limits>
 #include <memory>
@@ -63,8 +64,10 @@ class DumpReader {
   const std::string& path() const;
   const std::vector<int>& token_ids() const;
   const std::vector<std::string>& token_text() const;  // empty when the dump has none
-  // Reads the named tensors of one layer ("q", "q_pre", "k", "k_pre", "v"); others stay empty.
-  // Throws Error naming file, layer and dataset on a shape or dtype mismatch or a non-finite value.
+  // Reads the named tensors of one layer ("q", "q_pre", "k", "k_pre", "v"); others stay empty. The
+  // layer's other tensors are checked for NaN/Inf too (the first time the layer is read). Throws Error
+  // naming file, layer and dataset on a shape or dtype mismatch or a non-finite value. Safe to call from
+  // several threads: HDF5 is entered by one at a time, float16 decoding and checks run in parallel.
   LayerDump read_layer(int layer, const std::vector<std::string>& tensors) const;
   // One head of one tensor: [T, head_dim] row-major.
   std::vector<float> read_head(int layer, const std::string& tensor, int head) const;

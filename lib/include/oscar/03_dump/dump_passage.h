@@ -1,5 +1,6 @@
 // dump_passage.h: oscar-dump's work: load a checkpoint and tokenizer, pick a passage of a text, run the
-// model over it and write dump format v1, layer by layer, as the forward pass produces it.
+// model over it and write dump format v1, layer by layer, as the forward pass produces it. A passage
+// whose loss is worse than uniform is refused before the file appears (see allow_high_loss).
 #pragma once
 #include <string>
 
@@ -11,6 +12,9 @@ struct DumpRequest {
   int tokens = 512;       // passage length including BOS
   std::string dtype = "float32";
   bool progress = true;
+  // A passage whose mean next-token loss is above ln(vocab_size) (worse than a uniform guess) means the
+  // tokenizer (or text) does not belong to the model: refused unless this is set (then a warning).
+  bool allow_high_loss = false;
 };
 
 struct DumpSummary {

@@ -23,7 +23,9 @@ struct TniReport {
   std::vector<int> token_ids;
   std::vector<std::string> token_text;
   std::vector<TniRow> rows;  // by layer, then KV head, then tensor
+  double outlier_z = 3.5;    // the threshold the outliers were found with
   std::string token_label(int position) const;  // the token's text when the dump has it, else its id
+  int undefined_tni() const;  // rows whose TNI is undefined (all-zero head): shown as undefined, kept out of worst-of
 };
 
 struct AnalyzeOptions {

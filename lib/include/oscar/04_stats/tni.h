@@ -2,6 +2,8 @@
 // TNI (the summary number) = max_t ||x_t|| / min_t ||x_t||: the dynamic range of per-token L2 norms
 // that a quantization group spanning all tokens of a channel must cover. Outlier tokens are those whose
 // log-norm lies more than `outlier_z` robust standard deviations (1.4826 * MAD) from the median log-norm.
+// Undefined statistics are NaN: TNI, max/median, min/median, CV and channel spread of an all-zero head
+// (0/0), which has no outliers; a ratio x/0 with x > 0 is infinite.
 #pragma once
 #include <string>
 #include <vector>

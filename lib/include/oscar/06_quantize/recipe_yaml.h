@@ -14,7 +14,26 @@ namespace oscar {
 struct RecipeFile {
   Recipe recipe;
   std::vector<int> bits;  // widths the recipe is meant for (the preset's `bits:` list)
+  // The recipe sets `key: {bits: N}` / `value: {bits: N}` itself: that tensor keeps its width whatever
+  // width a sweep asks (the width applies to the other tensor; a recipe that fixes both runs once).
+  bool key_bits_fixed = false, value_bits_fixed = false;
 };
+
+// One run of a recipe: the widths of its keys and values (16: kept in fp16).
+struct RecipeWidths {
+  int key = 16, value = 16;
+  bool operator==(const RecipeWidths& o) const { return key == o.key && value == o.value; }
+};
+
+// The widths a recipe runs at when asked for `bits` (each width applied to the tensors the recipe does
+// not fix), without duplicates, in the order asked. A recipe that fixes both tensors runs once.
+std::vector<RecipeWidths> recipe_widths(const RecipeFile& rf, const std::vector<int>& bits);
+// "NAME" for a recipe fixed at fp16 on both tensors, "NAME@B" when keys and values share width B,
+// "NAME@K4V2" otherwise: the label of a sweep row, which says the widths truly used.
+std::string widths_label(const RecipeFile& rf, RecipeWidths w);
+// The recipe at widths `w` with group = head_dim resolved and named by widths_label(); throws Error
+// naming the recipe and both widths when it cannot run at them (e.g. Lloyd-Max above 4 bits).
+Recipe resolve_recipe(const RecipeFile& rf, RecipeWidths w, int head_dim);
 
 // Applies the fields present in `node` on top of `base` (so a sweep entry can override a preset).
 RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeFile base = {});
@@ -24,7 +43,11 @@ RecipeFile load_preset(const std::string& name);
 std::vector<std::string> preset_names();
 std::string presets_dir();
 
-// The recipe at `bits` (both tensors, unless a tensor is fp16) with group = head_dim resolved; throws
+// A `bits:` value: an integer or a list of distinct integers in 1..8 or 16; anything else (`bits: two`,
+// `[]`, 2.5, a repeated width) is an error naming the file and line.
+std::vector<int> parse_bits_list(const YAML::Node& node, const std::string& file, const std::string& key);
+
+// The recipe at `bits` on both tensors (named NAME@bits below 16) with group = head_dim resolved; throws
 // Error when the recipe cannot apply to this head_dim (Hadamard on a non-power of two, groups).
 Recipe resolve_recipe(const Recipe& r, int bits, int head_dim);
 

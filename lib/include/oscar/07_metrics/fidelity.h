@@ -5,6 +5,9 @@
 //   kl: mean over (query head, query) of KL(p || p^) in nats, p = softmax(l)
 //   out_rel_err: mean over (query head, query) of ||o - o^|| / ||o||, o = p V
 //   top8_overlap: mean over (query head, query) of |top8(p) & top8(p^)| / 8 (fewer keys: of all keys)
+// Undefined values are NaN: a relative error whose reference is zero (all-zero K or V: 0/0; all-zero
+// logits), and out_rel_err when every query's full-precision output is zero (queries with o = 0 are
+// left out of its mean). n_queries above T evaluates all T positions.
 #pragma once
 #include <vector>
 

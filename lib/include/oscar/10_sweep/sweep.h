@@ -12,39 +12,52 @@
 namespace oscar {
 
 struct SweepDump {
-  std::string name, path, calibration;  // calibration: a dump of the same model, another passage
+  // name: the rows' label, unique in a sweep: `name:` when given, else the file's stem, else (when two
+  // stems collide) the path as the config writes it. calibration: a dump of the same model, another passage.
+  std::string name, path, calibration;
 };
 
 struct SweepConfig {
   std::string file;  // the config's own path
   std::vector<SweepDump> dumps;
   std::vector<RecipeFile> recipes;
-  std::vector<int> bits;  // empty: each recipe's own list
+  std::vector<int> bits;  // empty: each recipe's own list (already applied to `recipes` by load_sweep_config)
   int queries = 256;
   std::string output;     // folder
   std::string title;
 };
 
+// Each recipe's widths: its own `bits:` in the config entry, else the config's `bits:`, else the preset's.
 SweepConfig load_sweep_config(const std::string& path);
 
 struct SweepRow {  // one dump x recipe x layer x KV head
-  std::string dump, recipe;
-  int bits = 0, layer = 0, kv_head = 0;
-  Fidelity f;
+  std::string dump, recipe;  // recipe: the label, with the widths truly used (NAME@2, NAME@K4V2)
+  int bits = 0, layer = 0, kv_head = 0;  // bits: the width asked of the recipe
+  int key_bits = 16, value_bits = 16;    // the widths used (a recipe's own key/value bits win)
+  Fidelity f;  // undefined metrics (0/0) are NaN
 };
 
 struct SweepSummary {  // one dump x recipe
   std::string dump, recipe, preset;
-  int bits = 0;
+  int bits = 0, key_bits = 16, value_bits = 16;
+  int queries = 0;  // queries per KV head group actually evaluated: min(config queries, dump tokens)
   double bits_at_dump = 0, bits_32k = 0, bits_128k = 0, key_bits_128k = 0, value_bits_128k = 0;
   long tokens = 0;
+  // Over the (layer, KV head) rows where a metric is defined; NaN when it is defined in none.
   Fidelity mean, worst;  // worst: max of errors, min of top-8 overlap
+  int undefined = 0;     // undefined metric values (rows x metrics) left out of mean and worst
 };
 
 struct SweepResult {
   std::vector<SweepRow> rows;
   std::vector<SweepSummary> summary;
+  std::vector<std::string> warnings;  // also printed to stderr as they arise ("warning: ...")
 };
+
+// "2" when keys and values share a width, else "K4V2".
+std::string widths_text(int key_bits, int value_bits);
+// A metric for the tables: "undefined" (markdown) or "" (CSV) for NaN, else the number in `spec` ("{:.4f}").
+std::string metric_text(double v, const char* spec, bool csv);
 
 SweepResult run_sweep(const SweepConfig& cfg, bool progress);
 // Writes OUTPUT/layers.csv, summary.csv, summary.md and pareto.png (all or nothing).
