@@ -1,5 +1,7 @@
 // oscar-eval: the model decodes with each recipe's quantized cache (on the CPU, or with --gpu through the
 // CUDA kernels); loss, KL and top-1 agreement vs full precision, a recall test and greedy generation.
+// Every option and the --out folder are checked before any decoding; the tables print only once the
+// outputs are written.
 #include "app_main.h"
 #include "oscar/02_model/checkpoint.h"
 #include "oscar/09_eval/eval.h"
@@ -8,27 +10,30 @@ int main(int argc, char** argv) {
   CLI::App app{"oscar-eval: end-to-end fidelity of quantized-cache recipes on held-out text"};
   oscar::EvalRequest r;
   std::vector<std::string> recipes{"fp16", "naive", "kivi", "quarot", "turboquant", "oscar-omni", "oscar-cov"};
-  std::string out;
   bool quiet = false, clamp = false;
   app.add_option("--model", r.model, "llama2.c checkpoint")->required();
   app.add_option("--tokenizer", r.tokenizer, "llama2.c tokenizer")->required();
   app.add_option("--text", r.text, "text, one verse a line (plain or .gz)")->required();
   app.add_option("--offset", r.offset, "first line of the evaluated passage (negative: from the end)")->default_val(-404);
-  app.add_option("--tokens", r.tokens, "evaluated passage length, BOS included")->default_val(1024);
-  app.add_option("--calib-offset", r.calib_offset, "first line of the calibration passage")->default_val(0);
-  app.add_option("--calib-tokens", r.calib_tokens, "calibration passage length")->default_val(1024);
+  app.add_option("--tokens", r.tokens, "evaluated passage length, BOS included (default: 1024, or the model's context if shorter)");
+  app.add_option("--calib-offset", r.calib_offset, "first line of the calibration passage (and of the recall test's filler)")->default_val(0);
+  app.add_option("--calib-tokens", r.calib_tokens, "calibration passage length (default: 1024, or the model's context if shorter)");
   app.add_option("--recipes", recipes, "preset names or recipe YAML files")->delimiter(',');
   app.add_option("--bits", r.bits, "bit widths (fp16 runs once)")->delimiter(',')->default_str("2");
-  app.add_option("--recall", r.recall_distances, "recall-test distances in tokens, e.g. 256,512,1024,1536")->delimiter(',');
-  app.add_option("--recall-span", r.recall_span, "tokens of the repeated passage")->default_val(64);
-  app.add_option("--prompt", r.prompt, "prompt for greedy generation");
+  auto* recall = app.add_option("--recall", r.recall_distances, "recall-test distances in tokens, e.g. 256,512,1024,1536")->delimiter(',');
+  auto* span = app.add_option("--recall-span", r.recall_span, "tokens of the repeated passage (with --recall)")->default_val(64);
+  app.add_option("--prompt", r.prompt, "prompt for greedy generation (with --generate)");
   app.add_option("--generate", r.generate, "tokens to generate greedily from --prompt")->default_val(0);
-  app.add_option("--out", out, "folder for eval.csv, eval.md, recall.csv, recall.png");
+  app.add_option("--out", r.out, "folder for eval.csv, eval.md, recall.csv, recall.png (checked before any work)");
   app.add_flag("--clamp-groups", clamp, "per-token groups wider than the model's head_dim become head_dim (small models)");
   app.add_flag("--gpu", r.gpu, "quantized recipes attend through the CUDA decode kernels (oscar-cov and oscar-omni at 2 or 4 bits, head_dim 128; fp16 stays on the CPU)");
   app.add_flag("--quiet", quiet, "no progress bar");
   return oscar::run_app("oscar-eval", app, argc, argv, [&] {
     r.progress = !quiet;
+    if (span->count() > 0 && recall->count() == 0)
+      oscar::fail("--recall-span is given without --recall; add --recall D1,D2,... (distances in tokens) or drop --recall-span");
+    if (app.count("--out") > 0 && r.out.empty()) oscar::fail("--out is empty; name the output folder");
+    oscar::validate_eval_options(r);  // before loading recipe files or the model
     for (const auto& name : recipes)
       r.recipes.push_back(name.ends_with(".yaml") ? oscar::load_recipe_file(name) : oscar::load_preset(name));
     if (clamp) {
@@ -37,11 +42,9 @@ int main(int argc, char** argv) {
         for (oscar::TensorQuant* q : {&rf.recipe.key, &rf.recipe.value})
           if (q->axis == oscar::QuantAxis::PerToken && q->group > hd) q->group = 0;  // 0 = head_dim
     }
-    for (int b : r.bits)
-      if (b < 1 || b > 8) oscar::fail("--bits {} out of range; use 1..8", b);
     const oscar::EvalResult res = oscar::run_eval(r);
+    if (!r.out.empty()) oscar::write_eval_outputs(r, res, r.out);  // before printing: a failure prints no table
     fmt::print("{}", oscar::eval_markdown(r, res));
-    if (!out.empty()) oscar::write_eval_outputs(r, res, out);
     return 0;
   });
 }

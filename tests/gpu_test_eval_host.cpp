@@ -35,6 +35,7 @@
 
 #include "oscar/02_model/checkpoint.h"
 #include "oscar/03_dump/dump.h"
+#include "oscar/03_dump/layer_source.h"
 #include "oscar/03_dump/dump_passage.h"
 #include "oscar/01_core/error.h"
 #include "oscar/09_eval/eval.h"
@@ -86,11 +87,10 @@ int gpu_test_eval_host() {
   const auto lines = read_lines(test::kjv_text());
   const Passage p = select_passage(test::kjv_text(), lines, -404, 1024, tok);
   const Model m(ck);
-  // Rotations fitted on Genesis, as oscar-eval does.
-  const std::string tmp = (test::scratch() / "calib.h5").string();
-  dump_passage(DumpRequest{test::hd128_model(), test::stories_tokenizer(), test::kjv_text(), tmp, 0, 1024, "float32", false});
-  const CovarianceRotations calib = fit_covariance_rotations(DumpReader(tmp), false);
-  std::filesystem::remove_all(test::scratch());
+  // Rotations fitted on Genesis, as oscar-eval does: the model's activations in memory.
+  const Passage genesis = select_passage(test::kjv_text(), lines, 0, 1024, tok);
+  const CovarianceRotations calib =
+      fit_covariance_rotations(ModelLayerSource(m, passage_origin(genesis, lines, ck, tok, "Genesis"), "Genesis", {"q", "k", "v"}), false);
 
   // (1) CPU reference cache vs the kernels, token by token.
   for (const char* preset : {"oscar-cov", "oscar-omni"})

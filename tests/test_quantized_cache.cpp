@@ -103,7 +103,9 @@ TEST_CASE("oscar-eval on stories260K: fp16 ~ exact, 2-bit naive far worse than 4
   REQUIRE(r.greedy.size() == 6);
   CHECK(r.greedy[1].recipe == "fp16");
   CHECK(r.greedy[1].shared_prefix >= 8);  // fp16 rounding may flip a late argmax, rarely
-  // Bad input: calibration passage equal to the evaluated one.
+  // Bad input: calibration passage equal to the evaluated one, or overlapping its lines.
   req.calib_offset = req.offset;
-  CHECK_THROWS_WITH(run_eval(req), Catch::Contains("is the evaluated passage"));
+  CHECK_THROWS_WITH(run_eval(req), Catch::Contains("same data") && Catch::Contains("--calib-offset"));
+  req.calib_offset = req.offset + 1;  // one line into the evaluated passage
+  CHECK_THROWS_WITH(run_eval(req), Catch::Contains("same data") && Catch::Contains("overlapping lines"));
 }

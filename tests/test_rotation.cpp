@@ -4,6 +4,7 @@
 
 #include <H5Cpp.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <filesystem>
@@ -12,6 +13,7 @@
 
 #include "dump_fixture.h"
 #include "oscar/03_dump/dump.h"
+#include "oscar/03_dump/layer_source.h"
 #include "oscar/01_core/error.h"
 #include "oscar/05_rotate/rotation.h"
 
@@ -227,7 +229,7 @@ TEST_CASE("covariance rotations fitted on a real dump", "[rotation]") {
   const std::string dump_path = test::small_dump("float32", 96);
   const DumpReader r(dump_path);
   const DumpInfo& I = r.info();
-  const CovarianceRotations c = fit_covariance_rotations(r, false);
+  const CovarianceRotations c = fit_covariance_rotations(DumpLayerSource(r), false);
   REQUIRE(c.n_layers == 5);
   REQUIRE(c.head_dim == 8);
   CHECK(c.model_name == I.model_name);
@@ -292,6 +294,8 @@ TEST_CASE("covariance rotations fitted on a real dump", "[rotation]") {
     save_covariance_rotations(c, p);
     const CovarianceRotations b = load_covariance_rotations(p);
     CHECK(b.calibration_path == c.calibration_path);
+    CHECK(b.calibration.token_ids == c.calibration.token_ids);  // kept for the content-based leak check
+    CHECK(b.calibration.token_ids.size() == 96);
     CHECK(b.model_name == c.model_name);
     CHECK(b.checkpoint_sha256 == c.checkpoint_sha256);
     CHECK(b.n_layers == c.n_layers);
@@ -359,16 +363,26 @@ TEST_CASE("covariance rotations fitted on a real dump", "[rotation]") {
   }
 
   SECTION("the calibration must come from the evaluated model") {
-    CHECK_NOTHROW(check_calibration_matches(c, I, dump_path));
+    // An evaluated passage of other text (its token ids reversed: no shared run with the calibration's).
+    PassageOrigin ev = c.calibration;
+    ev.where = "eval.h5";
+    std::reverse(ev.token_ids.begin(), ev.token_ids.end());
+    CHECK_NOTHROW(check_calibration_matches(c, I, ev));
     DumpInfo other = I;
     other.model_name = "some-other-model";
-    CHECK_THROWS_WITH(check_calibration_matches(c, other, "eval.h5"),
+    other.checkpoint_sha256 = "";  // no sha256: the name decides
+    CHECK_THROWS_WITH(check_calibration_matches(c, other, ev),
                       Contains("some-other-model") && Contains("eval.h5") && Contains("same model"));
     other = I;
+    other.model_name = "renamed-copy";  // the same checkpoint under another file name: accepted
+    CHECK_NOTHROW(check_calibration_matches(c, other, ev));
+    other = I;
     other.checkpoint_sha256 = "00ff";
-    CHECK_THROWS_WITH(check_calibration_matches(c, other, "eval.h5"), Contains("00ff"));
+    CHECK_THROWS_WITH(check_calibration_matches(c, other, ev), Contains("00ff"));
     other = I;
     other.head_dim = 16;
-    CHECK_THROWS_WITH(check_calibration_matches(c, other, "eval.h5"), Contains("head_dim"));
+    CHECK_THROWS_WITH(check_calibration_matches(c, other, ev), Contains("head_dim"));
+    // The calibration dump itself as the evaluated data: refused by content.
+    CHECK_THROWS_WITH(check_calibration_matches(c, I, dump_origin(r)), Contains("same data") && Contains("identical"));
   }
 }

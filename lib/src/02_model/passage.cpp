@@ -76,13 +76,13 @@ static bool merges_cross_newlines(const Tokenizer& tok) {
 }
 
 Passage select_passage(const std::string& path, const std::vector<std::string>& lines, long offset, int tokens,
-                       const Tokenizer& tok) {
+                       const Tokenizer& tok, const PassageOptions& o) {
   const long n = static_cast<long>(lines.size());
   if (n == 0) fail("{}: the text is empty", path);
   const long first = offset < 0 ? n + offset : offset;
   if (first < 0 || first >= n)
-    fail("{}: --offset {} is outside the text, which has {} lines (use 0..{} or -{}..-1)", path, offset, n, n - 1, n);
-  if (tokens < 2) fail("--tokens {} is too few: a passage needs at least 2 tokens", tokens);
+    fail("{}: {} {} is outside the text, which has {} lines (use 0..{} or -{}..-1)", path, o.offset, offset, n, n - 1, n);
+  if (tokens < 2) fail("{} {} is too few: a passage needs at least 2 tokens", o.tokens, tokens);
   Passage p{path, first, n, {}};
   const bool whole = merges_cross_newlines(tok);
   long take = whole ? n - first : std::min(n - first, 16L);
@@ -95,8 +95,8 @@ Passage select_passage(const std::string& path, const std::vector<std::string>& 
     std::vector<int> ids = tok.encode(text, true, false);
     if (static_cast<long>(ids.size()) >= tokens + 1 || first + take == n) {
       if (static_cast<long>(ids.size()) < tokens)
-        fail("{}: --tokens {} is beyond the text: only {} tokens follow line {} (offset {}); lower --tokens or --offset",
-             path, tokens, ids.size(), first, offset);
+        fail("{}: {} {} is beyond the text: only {} tokens follow line {} ({} {}); lower {} or {}", path, o.tokens, tokens,
+             ids.size(), first, o.offset, offset, o.tokens, o.offset);
       ids.resize(tokens);
       p.tokens = std::move(ids);
       return p;

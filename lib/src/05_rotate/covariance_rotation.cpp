@@ -1,5 +1,6 @@
 // covariance_rotation.cpp: OSCAR covariance-aware rotations: per-layer key/value covariances fitted on a
-// calibration dump, their descending eigenbases, the U/H/P compositions, and HDF5 save/load (atomic).
+// calibration LayerSource (dump or in-memory forward pass), their descending eigenbases, the U/H/P
+// compositions, HDF5 save/load (atomic), and the content-based calibration checks.
 #include <H5Cpp.h>
 
 #include <Eigen/Eigenvalues>
@@ -149,20 +150,24 @@ void eigen_descending(const Eigen::MatrixXd& C, Eigen::VectorXd& values, Eigen::
   }
 }
 
-CovarianceRotations fit_covariance_rotations(const DumpReader& calibration, bool progress) {
+CovarianceRotations fit_covariance_rotations(const LayerSource& calibration, bool progress) {
   const DumpInfo& I = calibration.info();
+  const std::string& where = calibration.origin().where;
+  if (I.n_kv_heads <= 0 || I.n_heads % I.n_kv_heads != 0)
+    fail("{}: n_heads={} is not a multiple of n_kv_heads={}", where, I.n_heads, I.n_kv_heads);
   const int group = I.n_heads / I.n_kv_heads;
   CovarianceRotations c;
-  c.calibration_path = calibration.path();
+  c.calibration_path = where;
   c.model_name = I.model_name;
   c.checkpoint_sha256 = I.checkpoint_sha256;
   c.n_layers = I.n_layers;
   c.head_dim = I.head_dim;
+  c.calibration = calibration.origin();
   Progress bar("fitting covariance rotations", I.n_layers, progress);
   for (int l = 0; l < I.n_layers; ++l) {
-    const LayerDump L = calibration.read_layer(l, {"q", "k", "v"});
+    const LayerDump L = calibration.layer(l, {"q", "k", "v"});
     const Eigen::MatrixXd CK = key_covariance(L, I.n_kv_heads, group);
-    const Eigen::MatrixXd CV = value_covariance(L, CK, I.n_kv_heads, calibration.path());
+    const Eigen::MatrixXd CV = value_covariance(L, CK, I.n_kv_heads, where);
     Eigen::VectorXd kval, vval;
     Eigen::MatrixXd kvec, vvec;
     eigen_descending(CK, kval, kvec);
@@ -213,6 +218,16 @@ void save_covariance_rotations(const CovarianceRotations& c, const std::string& 
     h5::put_str(f, "calibration_path", c.calibration_path);
     h5::put_i64(f, "n_layers", c.n_layers);
     h5::put_i64(f, "head_dim", c.head_dim);
+    if (!c.calibration.text_sha256.empty()) {
+      h5::put_str(f, "calibration_text_sha256", c.calibration.text_sha256);
+      h5::put_i64(f, "calibration_first_line", c.calibration.first_line);
+      h5::put_i64(f, "calibration_last_line", c.calibration.last_line);
+    }
+    if (!c.calibration.token_ids.empty()) {
+      hsize_t n = c.calibration.token_ids.size();
+      f.createDataSet("calibration_token_ids", H5::PredType::STD_I32LE, H5::DataSpace(1, &n))
+          .write(c.calibration.token_ids.data(), H5::PredType::NATIVE_INT);
+    }
     for (int l = 0; l < c.n_layers; ++l) {
       H5::Group g = f.createGroup(layer_group(l));
       put_matrix(g, "key_cov", c.key_cov[l]);
@@ -256,6 +271,23 @@ CovarianceRotations load_covariance_rotations(const std::string& path) {
       fail("{}: attributes n_layers={} head_dim={} are out of range", path, L, d);
     c.n_layers = static_cast<int>(L);
     c.head_dim = static_cast<int>(d);
+    // The calibration passage by content (optional: files written before it was recorded lack it).
+    c.calibration.where = c.calibration_path;
+    c.calibration.checkpoint_sha256 = c.checkpoint_sha256;
+    c.calibration.model_name = c.model_name;
+    if (f.attrExists("calibration_text_sha256")) {
+      c.calibration.text_sha256 = R.str("calibration_text_sha256");
+      c.calibration.first_line = static_cast<long>(R.i64("calibration_first_line"));
+      c.calibration.last_line = static_cast<long>(R.i64("calibration_last_line"));
+    }
+    if (f.nameExists("calibration_token_ids")) {
+      const H5::DataSet ids = f.openDataSet("calibration_token_ids");
+      const H5::DataSpace sp = ids.getSpace();
+      if (ids.getTypeClass() != H5T_INTEGER || sp.getSimpleExtentNdims() != 1)
+        fail("{}: /calibration_token_ids must be a 1-D integer dataset; the file is corrupt: re-run the calibration", path);
+      c.calibration.token_ids.resize(sp.getSimpleExtentNpoints());
+      if (!c.calibration.token_ids.empty()) ids.read(c.calibration.token_ids.data(), H5::PredType::NATIVE_INT);
+    }
     for (int l = 0; l < c.n_layers; ++l) {
       const std::string gname = layer_group(l);
       if (!f.nameExists(gname))
@@ -276,15 +308,51 @@ CovarianceRotations load_covariance_rotations(const std::string& path) {
   return c;
 }
 
-void check_calibration_matches(const CovarianceRotations& c, const DumpInfo& eval, const std::string& eval_path) {
-  if (c.model_name != eval.model_name || c.checkpoint_sha256 != eval.checkpoint_sha256)
-    fail("calibration {} was fitted on model {} (sha {}) but dump {} comes from model {} (sha {}); calibrate on a "
-         "dump of the same model",
-         c.calibration_path, c.model_name, c.checkpoint_sha256, eval_path, eval.model_name, eval.checkpoint_sha256);
-  if (c.head_dim != eval.head_dim || c.n_layers != eval.n_layers)
-    fail("calibration {} has head_dim {} and {} layers but dump {} has head_dim {} and {} layers; calibrate on a dump "
-         "of the same model",
-         c.calibration_path, c.head_dim, c.n_layers, eval_path, eval.head_dim, eval.n_layers);
+namespace {
+
+// One side of a calibration check: who it is and its shape (-1: not known, not compared).
+struct Side {
+  const std::string& where;
+  const std::string& sha256;
+  const std::string& model_name;
+  int n_layers, head_dim, n_heads, n_kv_heads;
+};
+
+void check_pair(const Side& cal, const PassageOrigin& cal_origin, const Side& ev, const PassageOrigin& ev_origin) {
+  const bool by_sha = !cal.sha256.empty() && !ev.sha256.empty();
+  if (by_sha ? cal.sha256 != ev.sha256 : cal.model_name != ev.model_name)
+    fail("the calibration {} comes from model {} (checkpoint sha256 {}) but the evaluated {} from model {} (sha256 {}); "
+         "calibrate on a passage of the same model",
+         cal.where, cal.model_name, cal.sha256.empty() ? "unknown" : cal.sha256.substr(0, 12), ev.where, ev.model_name,
+         ev.sha256.empty() ? "unknown" : ev.sha256.substr(0, 12));
+  auto differs = [](int a, int b) { return a >= 0 && b >= 0 && a != b; };
+  if (differs(cal.n_layers, ev.n_layers) || differs(cal.head_dim, ev.head_dim) || differs(cal.n_heads, ev.n_heads) ||
+      differs(cal.n_kv_heads, ev.n_kv_heads))
+    fail("the calibration {} has {} layers and head_dim {} (n_heads {}, n_kv_heads {}) but the evaluated {} has {} layers and "
+         "head_dim {} (n_heads {}, n_kv_heads {}); calibrate on a passage of the same model",
+         cal.where, cal.n_layers, cal.head_dim, cal.n_heads, cal.n_kv_heads, ev.where, ev.n_layers, ev.head_dim, ev.n_heads,
+         ev.n_kv_heads);
+  if (const std::string why = same_data_reason(cal_origin, ev_origin); !why.empty())
+    fail("the calibration {} and the evaluated {} are the same data: {}; calibrate on other text of the same model (e.g. "
+         "Genesis)", cal.where, ev.where, why);
+}
+
+}  // namespace
+
+void check_calibration_source(const LayerSource& calibration, const DumpInfo& eval, const PassageOrigin& eval_origin) {
+  check_calibration_source(calibration.info(), calibration.origin(), eval, eval_origin);
+}
+
+void check_calibration_source(const DumpInfo& C, const PassageOrigin& o, const DumpInfo& eval, const PassageOrigin& eval_origin) {
+  check_pair({o.where, C.checkpoint_sha256, C.model_name, C.n_layers, C.head_dim, C.n_heads, C.n_kv_heads}, o,
+             {eval_origin.where, eval.checkpoint_sha256, eval.model_name, eval.n_layers, eval.head_dim, eval.n_heads, eval.n_kv_heads},
+             eval_origin);
+}
+
+void check_calibration_matches(const CovarianceRotations& c, const DumpInfo& eval, const PassageOrigin& eval_origin) {
+  check_pair({c.calibration_path, c.checkpoint_sha256, c.model_name, c.n_layers, c.head_dim, -1, -1}, c.calibration,
+             {eval_origin.where, eval.checkpoint_sha256, eval.model_name, eval.n_layers, eval.head_dim, eval.n_heads, eval.n_kv_heads},
+             eval_origin);
 }
 
 }  // namespace oscar

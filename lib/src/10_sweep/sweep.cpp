@@ -14,6 +14,7 @@
 
 #include "oscar/06_quantize/cache_sim.h"
 #include "oscar/03_dump/dump.h"
+#include "oscar/03_dump/layer_source.h"
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
 #include "oscar/11_report/plotting.h"
@@ -215,18 +216,10 @@ SweepResult run_sweep(const SweepConfig& cfg, bool progress) {
       if (sd.calibration.empty())
         fail("{}: dump '{}' needs 'calibration:' (a dump of the same model on other text) for its calibrated recipes "
              "(oscar-cov)", cfg.file, sd.name);
-      if (fs::absolute(sd.calibration).lexically_normal() == fs::absolute(sd.path).lexically_normal())
-        fail("{}: dump '{}' is its own calibration; calibrate on another passage (e.g. Genesis)", cfg.file, sd.name);
-      const DumpReader cal(sd.calibration);
-      if (cal.info().model_name != I.model_name || cal.info().checkpoint_sha256 != I.checkpoint_sha256 ||
-          cal.info().head_dim != I.head_dim || cal.info().n_layers != I.n_layers || cal.info().n_heads != I.n_heads ||
-          cal.info().n_kv_heads != I.n_kv_heads)
-        fail("calibration dump {} comes from model {} ({} layers, head_dim {}, sha256 {}) but {} from {} ({} layers, head_dim "
-             "{}, sha256 {}); calibrate on a dump of the same model",
-             sd.calibration, cal.info().model_name, cal.info().n_layers, cal.info().head_dim, cal.info().checkpoint_sha256.substr(0, 12),
-             sd.path, I.model_name, I.n_layers, I.head_dim, I.checkpoint_sha256.substr(0, 12));
+      // Same model and other data, by content (checkpoint sha256, token ids), not by file name.
+      const DumpLayerSource cal(sd.calibration);
+      check_calibration_source(cal, I, dump_origin(reader));
       calib = std::make_unique<CovarianceRotations>(fit_covariance_rotations(cal, progress));
-      check_calibration_matches(*calib, I, sd.path);
     }
     std::vector<std::vector<SweepRow>> per_layer(I.n_layers);
     std::mutex io;

@@ -20,9 +20,15 @@ struct Passage {
 // text is not well-formed UTF-8 or holds a NUL byte.
 std::vector<std::string> read_lines(const std::string& path);
 
-// Throws Error (naming the file) when the offset is outside the text or the text after it has fewer
-// than `tokens` tokens.
+// The command-line options that set a passage's offset and length, named in error messages.
+struct PassageOptions {
+  const char* offset = "--offset";
+  const char* tokens = "--tokens";
+};
+
+// Throws Error (naming the file and the options) when the offset is outside the text or the text after it
+// has fewer than `tokens` tokens.
 Passage select_passage(const std::string& path, const std::vector<std::string>& lines, long offset, int tokens,
-                       const Tokenizer& tok);
+                       const Tokenizer& tok, const PassageOptions& options = {});
 
 }  // namespace oscar

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "oscar/02_model/checkpoint.h"
+#include "oscar/03_dump/layer_source.h"
 #include "oscar/06_quantize/recipe.h"
 
 namespace oscar {
@@ -43,28 +44,40 @@ Eigen::MatrixXd bit_reversal_permutation(int d);
 // `vectors` the matching unit eigenvectors as columns, each signed so its largest-|.| entry is positive.
 void eigen_descending(const Eigen::MatrixXd& C, Eigen::VectorXd& values, Eigen::MatrixXd& vectors);
 
-// OSCAR (arXiv 2605.17757): per-layer covariance-aware rotations fitted on a calibration dump.
+// OSCAR (arXiv 2605.17757): per-layer covariance-aware rotations fitted on a calibration passage, read
+// layer by layer from a LayerSource (a calibration dump, or the model run over a passage in memory).
 // C_K = mean over KV heads h of Q_h^T Q_h / n (Q_h: post-RoPE queries of the query heads sharing h);
 // C_V = mean over h of V_h^T diag(w) V_h / n, w_t = k_t C_K k_t^T normalized to mean 1.
 // U: eigenvectors (columns) by decreasing eigenvalue (SelfAdjointEigenSolver, double). The rotation is
 // the product of the factors named by `order` ("UHP" = U * H * P, "U", "UP", "UPH", "HUP").
 struct CovarianceRotations {
-  std::string calibration_path, model_name, checkpoint_sha256;
+  std::string calibration_path, model_name, checkpoint_sha256;  // calibration_path: the source's origin().where
   int n_layers = 0, head_dim = 0;
+  // What the calibration passage was, by content (token ids; text sha256 and line range when known), so that
+  // an evaluation can refuse rotations fitted on its own data. Saved with the rotations.
+  PassageOrigin calibration;
   std::vector<Eigen::MatrixXd> key_cov, value_cov;  // per layer
   std::vector<Eigen::VectorXd> key_eigenvalues, value_eigenvalues;  // descending
   std::vector<Eigen::MatrixXd> key_eigenvectors, value_eigenvectors;
 };
-class DumpReader;
-struct DumpInfo;
-// Streams the calibration dump one layer at a time; a Progress bar over layers when `progress`.
-CovarianceRotations fit_covariance_rotations(const DumpReader& calibration, bool progress);
+// Reads the calibration one layer at a time (q, k, v); a Progress bar over layers when `progress`.
+CovarianceRotations fit_covariance_rotations(const LayerSource& calibration, bool progress);
 Eigen::MatrixXd covariance_rotation_matrix(const Eigen::MatrixXd& eigenvectors, const std::string& order);
 void save_covariance_rotations(const CovarianceRotations& c, const std::string& path);  // HDF5, atomic
 // Validates format, version, attributes and shapes; throws Error naming `path` on any problem.
 CovarianceRotations load_covariance_rotations(const std::string& path);
-// Throws unless `c` was fitted on the model (name, checkpoint sha256, head_dim, n_layers) of `eval`.
-void check_calibration_matches(const CovarianceRotations& c, const DumpInfo& eval, const std::string& eval_path);
+
+// The calibration leak and model checks, by content, never by file name. Both throw Error unless the
+// calibration comes from the same checkpoint as the evaluated passage (checkpoint sha256; the model name
+// only where a sha256 is missing) with the same attention shape, and is other data than the evaluated
+// passage (same_data_reason in layer_source.h: identical, contained or shared token runs, overlapping
+// lines of the same text). check_calibration_source runs before the fit (cheap: no layer is read);
+// check_calibration_matches checks rotations already fitted (e.g. loaded from a file).
+void check_calibration_source(const LayerSource& calibration, const DumpInfo& eval, const PassageOrigin& eval_origin);
+// The same before any layer source exists: the calibration given by its shapes and origin.
+void check_calibration_source(const DumpInfo& calibration, const PassageOrigin& calibration_origin, const DumpInfo& eval,
+                              const PassageOrigin& eval_origin);
+void check_calibration_matches(const CovarianceRotations& c, const DumpInfo& eval, const PassageOrigin& eval_origin);
 
 // The rotation a recipe asks for: None -> identity, Hadamard, RandomizedHadamard(seed),
 // RandomOrthogonal(seed), Covariance -> dense(covariance_rotation_matrix(*covariance_eigenvectors,

@@ -1,0 +1,29 @@
+// decoding.h: running the model through a cache as a server would: teacher-forced (every token fed one at
+// a time, the logits of each position kept), greedy generation, and the recall test's token sequence.
+// The cache decides what attention sees (full precision, QuantizedKvCache, GpuKvCache).
+#pragma once
+#include <span>
+#include <vector>
+
+#include "oscar/02_model/model.h"
+
+namespace oscar {
+
+// Logits [toks.size(), vocab] of every position, the tokens fed one at a time through `cache` (which
+// must be empty: positions start at cache.length()).
+MatrixRM decode_teacher_forced(const Model& m, KvCache& cache, std::span<const int> toks);
+
+// Feeds `prompt` one token at a time, then appends the argmax token (lowest id on ties) `n` times, or
+// until the cache reaches the model's context; returns the generated ids (the prompt excluded).
+std::vector<int> decode_greedy(const Model& m, KvCache& cache, std::span<const int> prompt, int n);
+
+// The recall test's sequence: BOS, A, newline, filler[2 .. distance), newline, A (both copies of A start a
+// line); `first` and `repeat` are the positions of A's first token in each copy. Needs distance >= 2 and
+// filler.size() >= distance; throws Error otherwise.
+struct RecallSequence {
+  std::vector<int> tokens;
+  int first = 0, repeat = 0, span = 0;
+};
+RecallSequence recall_sequence(std::span<const int> a, int newline, std::span<const int> filler, int distance);
+
+}  // namespace oscar

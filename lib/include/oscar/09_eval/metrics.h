@@ -1,0 +1,28 @@
+// metrics.h: what oscar-eval measures from logits: next-token loss over a span, KL(reference || other) of
+// the next-token distributions and top-1 agreement, and the shared prefix of two generations.
+#pragma once
+#include <Eigen/Core>
+#include <span>
+#include <vector>
+
+#include "oscar/02_model/checkpoint.h"
+
+namespace oscar {
+
+// log softmax of one logit row, in double.
+Eigen::VectorXd log_softmax(const Eigen::RowVectorXf& logits);
+
+// Over rows [0, rows) of two logit matrices of the same shape: mean KL(ref || other) of the softmax
+// distributions, and the fraction of rows whose argmax agrees.
+struct LogitAgreement {
+  double kl = 0, top1 = 0;
+};
+LogitAgreement compare_logits(const MatrixRM& ref, const MatrixRM& other, long rows);
+
+// Mean next-token loss (nats) predicting tokens[first .. first+count) from the rows before them.
+double span_loss(const MatrixRM& logits, std::span<const int> tokens, int first, int count);
+
+// Number of leading ids that a and b share.
+int shared_prefix(const std::vector<int>& a, const std::vector<int>& b);
+
+}  // namespace oscar

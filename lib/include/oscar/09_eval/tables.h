@@ -1,0 +1,22 @@
+// tables.h: oscar-eval's outputs: the Markdown tables (main, recall, greedy), the CSVs, the recall plot,
+// and the output folder check that runs before any work (so that a bad --out fails first, not last).
+#pragma once
+#include <string>
+
+#include "oscar/09_eval/eval_types.h"
+
+namespace oscar {
+
+// A row's recipe as the tables show it: "NAME (gpu)" when it attended on the GPU.
+std::string eval_label(const std::string& recipe, bool gpu);
+std::string eval_markdown(const EvalRequest& req, const EvalResult& r);
+std::string eval_csv(const EvalResult& r);    // eval.csv
+std::string recall_csv(const EvalResult& r);  // recall.csv
+
+// Throws Error naming `dir` unless it is a writable folder or can be created (its nearest existing
+// ancestor is a writable folder). Creates nothing.
+void check_output_folder(const std::string& dir);
+// OUT/eval.csv, eval.md, recall.csv, recall.png (when a recall test ran); all or nothing.
+void write_eval_outputs(const EvalRequest& req, const EvalResult& r, const std::string& out_dir);
+
+}  // namespace oscar

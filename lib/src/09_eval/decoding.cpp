@@ -1,0 +1,46 @@
+// decoding.cpp: teacher-forced and greedy decoding through a cache, and the recall test's sequence.
+#include "oscar/09_eval/decoding.h"
+
+#include "oscar/01_core/error.h"
+#include "oscar/02_model/tokenizer.h"
+
+namespace oscar {
+
+MatrixRM decode_teacher_forced(const Model& m, KvCache& cache, std::span<const int> toks) {
+  MatrixRM out(toks.size(), m.config().vocab_size);
+  for (size_t t = 0; t < toks.size(); ++t) out.row(t) = m.forward(toks.subspan(t, 1), cache).row(0);
+  return out;
+}
+
+std::vector<int> decode_greedy(const Model& m, KvCache& cache, std::span<const int> prompt, int n) {
+  std::vector<int> out;
+  if (prompt.empty()) fail("internal: greedy decoding needs a prompt of at least one token");
+  MatrixRM logits = decode_teacher_forced(m, cache, prompt);
+  for (int i = 0; i < n && cache.length() < m.config().seq_len; ++i) {
+    Eigen::Index best;
+    logits.row(logits.rows() - 1).maxCoeff(&best);
+    out.push_back(static_cast<int>(best));
+    logits = m.forward(std::span<const int>(out.data() + out.size() - 1, 1), cache);
+  }
+  return out;
+}
+
+RecallSequence recall_sequence(std::span<const int> a, int newline, std::span<const int> filler, int distance) {
+  if (distance < 2) fail("recall distance {} is too short: it must be at least 2 (the two line breaks around the filler)", distance);
+  if (static_cast<long>(filler.size()) < distance)
+    fail("internal: the recall filler has {} tokens, distance {} needs {}", filler.size(), distance, distance);
+  RecallSequence r;
+  r.span = static_cast<int>(a.size());
+  r.tokens.push_back(Tokenizer::kBos);
+  r.first = 1;
+  r.tokens.insert(r.tokens.end(), a.begin(), a.end());
+  r.tokens.push_back(newline);
+  // The filler's first two ids are BOS and a dummy-prefix piece: take it from index 2.
+  r.tokens.insert(r.tokens.end(), filler.begin() + 2, filler.begin() + distance);
+  r.tokens.push_back(newline);
+  r.repeat = static_cast<int>(r.tokens.size());
+  r.tokens.insert(r.tokens.end(), a.begin(), a.end());
+  return r;
+}
+
+}  // namespace oscar
