@@ -198,3 +198,60 @@ TEST_CASE("the decode twin is softmax attention", "[twins]") {
   const std::vector<float> y = fwht_twin::transform({1.f, 2.f}, 1, 2, false);
   CHECK(y == std::vector<float>{3.f, -1.f});
 }
+
+namespace {
+// Sequence b of a batch as a batch of one (same rows, same row stride).
+twins::Bf16Rows one_sequence(const twins::Bf16Rows& x, int b) {
+  twins::Bf16Rows r;
+  r.init(1, x.H, x.T, x.D);
+  std::copy(x.row(b, 0, 0), x.row(b, 0, 0) + size_t(x.H) * x.T * x.D, r.x.begin());
+  return r;
+}
+int64_t live_count(const twins::Array& a) { return std::count(a.live.begin(), a.live.end(), uint8_t(1)); }
+}  // namespace
+
+TEST_CASE("a batch's twin is each sequence's twin, and its live flags cover exactly the held tokens", "[twins]") {
+  // The GPU driver's quant shape: lengths 0, 1 and around the residual block, appends' room in the rows.
+  const std::vector<int> lens = {0, 1, 127, 128, 129, 333, 700};
+  const int H = 3, D = 128, T = 800, B = int(lens.size());
+  const twins::Inputs in = twins::make_inputs(twins::Profile::Stress, B, H, H, T, D, 11);
+  for (int bits : {2, 4}) {
+    const cov_twin::Cache cb = cov_twin::build(in.k, in.v, lens, bits, T);
+    const omni_twin::Cache ob = omni_twin::build(in.k, in.v, lens, bits, T);
+    int64_t cov_sink = 0, cov_recent = 0, cov_body = 0, omni_res = 0, omni_body = 0;
+    for (int b = 0; b < B; ++b) {
+      const int L = lens[size_t(b)];
+      const twins::Bf16Rows k1 = one_sequence(in.k, b), v1 = one_sequence(in.v, b);
+      const cov_twin::Cache c1 = cov_twin::build(k1, v1, {L}, bits, T);
+      const omni_twin::Cache o1 = omni_twin::build(k1, v1, {L}, bits, T);
+      int64_t bad = 0;
+      for (int is_v = 0; is_v < 2; ++is_v)
+        for (int h = 0; h < H; ++h)
+          for (int t = 0; t < L; ++t)
+            for (int c = 0; c < D; ++c) {
+              bad += cov_twin::dequant<double>(cb, is_v, b, h, t, L, c) != cov_twin::dequant<double>(c1, is_v, 0, h, t, L, c);
+              bad += omni_twin::dequant<double>(ob, is_v, b, h, t, L, c) != omni_twin::dequant<double>(o1, is_v, 0, h, t, L, c);
+            }
+      INFO("bits " << bits << " b " << b << " L " << L);
+      CHECK(bad == 0);
+      const int64_t nb = covfmt::body_tokens(L, 64, 256);
+      cov_sink += std::min(L, 64);
+      cov_recent += L - std::min(L, 64) - nb;
+      cov_body += nb;
+      omni_body += omnifmt::body_tokens(L);
+      omni_res += L - omnifmt::body_tokens(L);
+    }
+    // Live elements per array: every held token's row in exactly one place, nothing else.
+    using namespace cov_twin;
+    const int64_t CB = D * bits / 8;
+    CHECK(live_count(cb.img.arrays[kSink]) == cov_sink * H * D);
+    CHECK(live_count(cb.img.arrays[kRecent + 1]) == cov_recent * H * D);
+    CHECK(live_count(cb.img.arrays[kCodes]) == cov_body * H * CB);
+    CHECK(live_count(cb.img.arrays[kParams + 1]) == cov_body * H);
+    CHECK(live_count(ob.img.arrays[omni_twin::kRes]) == omni_res * H * D);
+    CHECK(live_count(ob.img.arrays[omni_twin::kCodes + 1]) == omni_body * H * CB);
+    CHECK(live_count(ob.img.arrays[omni_twin::kKParams]) == omni_body / 32 * H * D);
+    CHECK(live_count(ob.img.arrays[omni_twin::kVParams]) == omni_body * H * (D / 32));
+    CHECK(live_count(ob.img.arrays[omni_twin::kNorms]) == omni_body);
+  }
+}
