@@ -532,16 +532,17 @@ void op_decode(Ctx& ctx, const Case& c) {
 
 // long: B copies of one sequence of L tokens on the device; sequences 0 and B-1 checked.
 struct LongInputs {
-  int L = 0;
-  twins::Inputs in;  // B = 1
+  int B = 0, L = 0;
+  twins::Inputs in;  // rows of one sequence, queries of B (the former gpu_test_long_split's data, seed 4242)
 };
 const LongInputs& long_inputs(const Shape& s) {
   static std::unique_ptr<LongInputs> cached;
-  const int L = s.lens[0];
-  if (!cached || cached->L != L) {
+  const int B = int(s.lens.size()), L = s.lens[0];
+  if (!cached || cached->L != L || cached->B != B) {
     cached = std::make_unique<LongInputs>();
+    cached->B = B;
     cached->L = L;
-    cached->in = twins::make_inputs(Profile::Spread, 1, s.hq, s.hkv, L, s.head_dim, 4242);
+    cached->in = twins::make_inputs(Profile::Spread, 1, s.hq, s.hkv, L, s.head_dim, 4242, B);
   }
   return *cached;
 }
@@ -552,10 +553,7 @@ void op_long(Ctx& ctx, const Case& c) {
   const int B = int(s.lens.size()), L = s.lens[0], H = s.hkv, Hq = s.hq, D = s.head_dim, G = Hq / H;
   const double scale = 1.0 / std::sqrt(double(D));
   const twins::Inputs& one = long_inputs(s).in;
-  std::vector<uint16_t> q(size_t(B) * Hq * D);
-  std::mt19937 rng(77);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (auto& x : q) x = oscar::float_to_bf16_bits(nd(rng));
+  const std::vector<uint16_t>& q = one.q;
   const size_t seq = size_t(H) * L * D;
   DevBuf dk, dv, dq, dl;
   if (!dk.alloc(ctx, seq * B * 2, "k") || !dv.alloc(ctx, seq * B * 2, "v") || !dq.upload(ctx, q, "q") || !dl.upload(ctx, s.lens, "lens"))

@@ -1,7 +1,7 @@
 // omni_value_rounding.cpp: emulates, in double with round-to-nearest, the roundings of the oscar-omni
 // decode kernel's value path as it was up to 2026-11-23's fourth session ("kernel" below; the kernel now
 // takes the "proposed fp16 path", BENCHMARKS.md fifth section) (bf16 softmax weights in the P V MMA, fp32 weights in the zero-point term,
-// value scales fp16 -> bf16, values bf16(code * scale)) on gpu_test_long_split's spread-attention case,
+// value scales fp16 -> bf16, values bf16(code * scale)) on the long-split spread-attention case (gpu_test_ops -o long),
 // and reports the error of each rounding alone against a double reference over the dequantized cache.
 // Diagnostic, not built by CMake (BENCHMARKS.md 2026-11-23, fourth section, has its numbers):
 //   g++ -O2 -std=c++20 -Itests -Ikernels/include experiments/diagnostics/omni_value_rounding.cpp -o /tmp/omni_value_rounding

@@ -27,17 +27,18 @@ inline const char* profile_name(Profile p) {
 
 struct Inputs {
   Bf16Rows k, v;            // [B][H][T][D]
-  std::vector<uint16_t> q;  // [B][Hq][D]
+  std::vector<uint16_t> q;  // [B][Hq][D], drawn after K and V
 };
 
-inline Inputs make_inputs(Profile p, int B, int Hq, int H, int T, int D, uint32_t seed) {
+// q_seqs: sequences of queries (default B; the long-split case draws B queries for one sequence of rows).
+inline Inputs make_inputs(Profile p, int B, int Hq, int H, int T, int D, uint32_t seed, int q_seqs = -1) {
   using oscar::float_to_bf16_bits;
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
   Inputs in;
   in.k.init(B, H, T, D);
   in.v.init(B, H, T, D);
-  in.q.resize(size_t(B) * Hq * D);
+  in.q.resize(size_t(q_seqs < 0 ? B : q_seqs) * Hq * D);
   std::vector<float> vmean(D, 0.f);
   if (p == Profile::Peaky || p == Profile::Stress)
     for (auto& x : vmean) x = nd(rng);
