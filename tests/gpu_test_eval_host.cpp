@@ -14,7 +14,7 @@
 //      that distance of a rounding boundary (one step each); the query goes to the kernel in bf16
 //      (2^-9 per element; fp16 for the body MMA) and the softmax weights are rounded to bf16 before P.V
 //      (2^-9 each); the kernels' decode output is within 1e-2 (relative, measured <= 8.4e-3 at INT2) of
-//      a float64 reference over the same cache (gpu_test_decode). Those are two orders of magnitude
+//      a float64 reference over the same cache (gpu_test_ops -o decode). Those are two orders of magnitude
 //      below the 2-bit quantization error itself (relative ~0.3 per element), which moves the loss by
 //      only +0.003 nats (KL 0.001, top-1 agreement with fp32 0.984) on this passage: 0.01 nats is three
 //      times the whole 2-bit effect and 0.95 agreement is below the CPU cache's own agreement with fp32,

@@ -8,6 +8,7 @@
 #include "oscar/02_model/model.h"
 #include "oscar/02_model/passage.h"
 #include "oscar/02_model/tokenizer.h"
+#include "skip.h"
 #include "test_data.h"
 
 using namespace oscar;
@@ -74,11 +75,8 @@ TEST_CASE("prefill in one chunk equals token-by-token decoding", "[model]") {
   }
 }
 
-TEST_CASE("float16 parts and the float32 original load to the same values", "[model][data]") {
-  if (!std::filesystem::exists(test::shared_hd128_fp32())) {
-    WARN("../shared/data not present: skipping the float32 comparison");
-    return;
-  }
+TEST_CASE("float16 parts and the float32 original load to the same values", "[model][optional-data]") {
+  OSCAR_SKIP_UNLESS_EXISTS(test::shared_hd128_fp32(), "the float32 original lives in ../shared/data only");
   const Checkpoint a = load_checkpoint(test::hd128_model());
   const Checkpoint b = load_checkpoint(test::shared_hd128_fp32());
   CHECK(a.sha256 == b.sha256);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu_checks.sh DEVBIN OUT [tests|bench|all]: everything a GPU session verifies, in one command, on binaries packed by
-# pack.sh (DEVBIN = the unpacked folder with bin/ and lib/): every GPU test (logs in OUT), compute-sanitizer
-# memcheck on the kernel tests, the kernel benchmark (oscar-bench, Markdown + JSON), PyTorch SDPA side by
+# pack.sh (DEVBIN = the unpacked folder with bin/ and lib/): every GPU test (gpu_test_ops --slow, gpu_test_eval;
+# logs in OUT), compute-sanitizer memcheck on a selection of gpu_test_ops's cases, the kernel benchmark (oscar-bench, Markdown + JSON), PyTorch SDPA side by
 # side (bench_vs_sdpa.py, when torch is importable; with large_shape_check.py first) and oscar-eval --gpu for oscar-omni and oscar-cov.
 # The test binaries have the data folder compiled in as the build machine's /work/main: where that path
 # does not exist, it is linked to this checkout. Prints one line per step; exits 1 if any step failed.
@@ -23,12 +23,14 @@ step() {  # step NAME LIMIT_S CMD...: runs CMD with a time limit, output in OUT/
 }
 nvidia-smi -L
 if [ "$what" != bench ]; then
-for t in gpu_test_fwht gpu_test_kv_quant gpu_test_decode gpu_test_omni gpu_test_long_split gpu_test_real gpu_test_eval; do
-  step "$t" 300 "$devbin/bin/$t"
-done
-for t in gpu_test_decode gpu_test_kv_quant gpu_test_omni; do
-  step "memcheck_$t" 300 compute-sanitizer --tool memcheck --error-exitcode 1 "$devbin/bin/$t"
-done
+# The kernel driver: every case, the long-split ones included (one line per case in the log), then the
+# model-level oscar-eval check; compute-sanitizer memcheck on a small selection of the driver's cases (every
+# op but long/real, one shape per group: fwht hd128, prefill/append mix-h3 and stress-h2, decode peaky-g4 and
+# stress-g4-appended, the api cases).
+step gpu_test_ops 900 "$devbin/bin/gpu_test_ops" --slow
+step gpu_test_eval 300 "$devbin/bin/gpu_test_eval"
+step memcheck_gpu_test_ops 900 compute-sanitizer --tool memcheck --error-exitcode 1 "$devbin/bin/gpu_test_ops" \
+  -o fwht,prefill,append,decode,api -s hd128,mix-h3,stress-h2,peaky-g4,stress-g4-appended,bad-input
 fi
 if [ "$what" != tests ]; then
 step oscar_bench 400 "$devbin/bin/oscar-bench" --reps 30 --json "$out/oscar_bench.json"

@@ -1,7 +1,7 @@
 // omni_value_rounding.cpp: emulates, in double with round-to-nearest, the roundings of the oscar-omni
 // decode kernel's value path as it was up to 2026-11-23's fourth session ("kernel" below; the kernel now
 // takes the "proposed fp16 path", BENCHMARKS.md fifth section) (bf16 softmax weights in the P V MMA, fp32 weights in the zero-point term,
-// value scales fp16 -> bf16, values bf16(code * scale)) on gpu_test_long_split's spread-attention case,
+// value scales fp16 -> bf16, values bf16(code * scale)) on the long-split spread-attention case (gpu_test_ops -o long),
 // and reports the error of each rounding alone against a double reference over the dequantized cache.
 // Diagnostic, not built by CMake (BENCHMARKS.md 2026-11-23, fourth section, has its numbers):
 //   g++ -O2 -std=c++20 -Itests -Ikernels/include experiments/diagnostics/omni_value_rounding.cpp -o /tmp/omni_value_rounding
@@ -10,8 +10,7 @@
 #include <cstdio>
 #include <random>
 #include <vector>
-#include "omni_twin.h"
-#include "attention_reference.h"
+#include "twins/omni_twin.h"
 using namespace oscar;
 static float bf16r(float x) { return bf16_bits_to_float(float_to_bf16_bits(x)); }
 static float f16r(float x) { return half_bits_to_float(float_to_half_bits(x)); }
@@ -24,16 +23,21 @@ int main(int argc, char** argv) {
   std::vector<uint16_t> k(seq), v(seq), q(size_t(32) * Hq * D);
   for (size_t i = 0; i < seq; ++i) { k[i] = float_to_bf16_bits(nd(rng)); v[i] = float_to_bf16_bits(nd(rng)); }
   for (auto& x : q) x = float_to_bf16_bits(nd(rng));
-  const int64_t cap = (L + 127) / 128 * 128;
-  const auto tw = omni_twin::build(k, v, {L}, H, L, D, bits, cap);
+  twins::Bf16Rows kr, vr;  // the twin's input form, [1][H][L][D]
+  kr.init(1, H, L, D); kr.x = k;
+  vr.init(1, H, L, D); vr.x = v;
+  const auto tw = omni_twin::build(kr, vr, {L}, bits, L);
+  const int64_t cap = tw.body_capacity;
+  const uint32_t* v_params = tw.img.arrays[omni_twin::kVParams].as<uint32_t>();
+  const uint8_t* v_codes = tw.img.arrays[omni_twin::kCodes + 1].as<uint8_t>();
   const int64_t nb = omnifmt::body_tokens(L);
   const double scale = 1.0 / std::sqrt(double(D));
   double worst[7] = {0};
   for (int h = 0; h < 2; ++h) {
     std::vector<double> K(size_t(L) * D), V(K.size());
     for (int t = 0; t < L; ++t) for (int ch = 0; ch < D; ++ch) {
-      K[size_t(t) * D + ch] = omni_twin::key(tw, 0, h, t, L, ch);
-      V[size_t(t) * D + ch] = omni_twin::value(tw, 0, h, t, L, ch);
+      K[size_t(t) * D + ch] = omni_twin::dequant<double>(tw, false, 0, h, t, L, ch);
+      V[size_t(t) * D + ch] = omni_twin::dequant<double>(tw, true, 0, h, t, L, ch);
     }
     for (int g = 0; g < G; ++g) {
       const uint16_t* qb = &q[size_t(h * G + g) * D];
@@ -51,9 +55,9 @@ int main(int argc, char** argv) {
           ref[ch] += p * vv;
           o1[ch] += pb * vv;  // p in bf16, exact values
           if (t < nb) {
-            const uint32_t par = tw.v_params[(size_t(h) * cap + t) * 4 + ch / 32];
+            const uint32_t par = v_params[(size_t(h) * cap + t) * 4 + ch / 32];
             const float sc = half_bits_to_float(uint16_t(par)), z = half_bits_to_float(uint16_t(par >> 16));
-            const int code = unpack_code(&tw.v_codes[(size_t(h) * cap + t) * (D * bits / 8)], ch, bits);
+            const int code = unpack_code(&v_codes[(size_t(h) * cap + t) * (D * bits / 8)], ch, bits);
             const float vq = bf16r(code * bf16r(sc));    // kernel: bf16(code * bf16(scale))
             o2[ch] += double(pb) * vq + double(pf) * z;  // kernel: MMA with bf16 p, zero term with fp32 p
             o3[ch] += double(pb) * (code * double(sc)) + double(pf) * z;  // scale kept fp16, product exact

@@ -1,0 +1,911 @@
+// gpu_test_ops_host.cpp: the GPU driver's body (main is in gpu_test_ops.cu): every kernel entry point
+// against its CPU twin, in the spirit of llama.cpp's test-backend-ops. A table of cases
+//   op ∈ {fwht, prefill, append, decode, long, real, api} × format ∈ {cov, omni, bf16} × bits ∈ {2, 4} × shape
+// is built from the shape lists below (a new shape, head_dim or GQA group is one line there); each case runs
+// on the GPU, is compared with its twin (tests/twins/, proven equal to lib's reference by test_twins) and
+// prints one line; the run ends with "N passed, N failed, N skipped". This file is compiled by the host
+// compiler with lib's flags (-ffp-contract=off), exactly as test_twins compiles the same twins.
+//
+// Checks and tolerances (unchanged from the separate GPU tests this driver replaces):
+//   fwht, prefill, append: bit for bit (FWHT output; every live element of every cache array: codes,
+//     fp16 scale/zero, BF16 windows / residual, key norms), after poisoning the cov cache's arrays.
+//   decode (after prefill, and after prefill + single-token appends): the device cache first equals the
+//     twin bit for bit, then max over (sequence, query head) of ||out - ref||_2 / ||ref||_2 <= 1e-2 with
+//     ref the float64 attention over the dequantized cache (bf16: over the bf16 rows) and the bf16 query.
+//     The kernels' own roundings: (i) the query bf16 -> fp16 for the packed-body score MMA (2^-11 relative
+//     per element; exact for |q| >= 2^-14); (ii) the softmax weights p (and p * scale_v) rounded to bf16
+//     before the P V MMA: at most 2^-9 ~ 2e-3 relative per weight, hence at most 2^-9 max|v| / |o| of the
+//     output (values with a non-zero mean keep |o| ~ max|v| / 4: <= ~8e-3 even when one token dominates;
+//     ~2e-3 / sqrt(n) for spread weights); (iii) fp32 accumulation and exp2f (~1e-6); oscar-omni adds the
+//     block query fragment q^ * scale_k in fp16 (two 2^-11 roundings per channel) and code * scale_v and
+//     the weights in fp16 (2^-11 each). 1e-2 covers the worst case of (ii) and stays several times above
+//     the measured errors (3e-4 .. 8.4e-3), while a wrong index, block, norm, group, dropped window,
+//     mis-merged split or missed large-value rescaling moves the output far more.
+//   long (32 sequences x 8 KV heads x 65,529 tokens, spread attention, zero-mean values; sequences 0 and
+//     B-1 checked): every warp accumulates thousands of tokens and |out| ~ |v| / 150, so this relative error
+//     is ~150x harsher than on peaky attention. Measured on the H100 (2026-11-23, BENCHMARKS.md fifth
+//     section): bf16 1.9e-3 (its bf16 P: the floor of a bf16 P V), cov INT2 2.4e-3, INT4 2.2e-3, omni INT2
+//     7.3e-4, INT4 8.9e-4; earlier faults read 9.1e-3 .. 0.243. Bound 5e-3: above the bf16-weight floor
+//     (1.8e-3 emulated in experiments/diagnostics/cov_value_rounding.cpp) with margin, below every fault.
+//   real: every layer of kjv-llama-hd128 on held-out Revelation (Hadamard-rotated q/k/v, bf16; batch of
+//     lengths 1536, 1459, 301, each sequence's last query): cache == twin, decode within 1e-2 (as decode).
+//     Skipped, never passed, when the bundled model or text is absent.
+//   api: the C API rejects bad shapes, pointers, lengths and workspaces with the right status (and names
+//     the argument), and the allocators reject bad shapes.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "oscar/cov_format.h"
+#include "oscar/float_formats.h"
+#include "oscar/omni_format.h"
+#include "oscar_kv.h"
+#include "real_activations.h"
+#include "twins/attention_twin.h"
+#include "twins/cov_twin.h"
+#include "twins/fwht_twin.h"
+#include "twins/inputs.h"
+#include "twins/omni_twin.h"
+
+namespace {
+
+using twins::Profile;
+
+constexpr double kDecodeBound = 1e-2, kLongBound = 5e-3, kRealBound = 1e-2;
+
+// ---------------------------------------------------------------------------------------------------------
+// The case table.
+
+enum class Op { Fwht, Prefill, Append, Decode, Long, Real, Api };
+enum class Fmt { None, Cov, Omni, Bf16 };
+const char* op_name(Op o) {
+  static const char* n[] = {"fwht", "prefill", "append", "decode", "long", "real", "api"};
+  return n[int(o)];
+}
+const char* fmt_name(Fmt f) {
+  static const char* n[] = {"-", "cov", "omni", "bf16"};
+  return n[int(f)];
+}
+
+struct Shape {
+  std::string name;
+  Profile profile = Profile::Mix;
+  int hq = 0, hkv = 0, head_dim = 128;
+  std::vector<int> lens;  // tokens per sequence after the prefill (fwht: row counts, one case each)
+  int appends = 0;        // single-token appends after the prefill
+  bool slow = false;      // run only with --slow (or when its op is selected by name with -o)
+};
+
+struct Case {
+  Op op;
+  Fmt fmt;
+  int bits;  // 0 where the op has none
+  Shape shape;
+  std::string name() const {
+    std::string s = std::string(op_name(op)) + " " + fmt_name(fmt) + (bits ? " int" + std::to_string(bits) : "") + " " + shape.name;
+    if (op == Op::Fwht || op == Op::Api) return s;
+    int mn = 1 << 30, mx = 0;
+    for (int L : shape.lens) { mn = std::min(mn, L); mx = std::max(mx, L); }
+    char buf[128];
+    std::snprintf(buf, sizeof buf, " [B=%zu Hq=%d Hkv=%d D=%d L=%d..%d%s]", shape.lens.size(), shape.hq, shape.hkv, shape.head_dim, mn, mx,
+                  shape.appends ? (" +" + std::to_string(shape.appends) + " appends").c_str() : "");
+    return s + buf;
+  }
+};
+
+// Long-split geometry (settable for diagnosis: --long-batch, --long-len).
+int g_long_batch = 32, g_long_len = 65536 - 7;
+
+std::vector<int> repeat(int n, int L) { return std::vector<int>(size_t(n), L); }
+
+// The table. Shapes are listed per op group; a new shape (head_dim, GQA group, lengths) is one line.
+std::vector<Case> build_table() {
+  const int S = oscar::covfmt::kDefaultSink, W = oscar::covfmt::kDefaultRecent;
+  // fwht: every supported head_dim x row counts x {unnormalized, normalized} (bits = normalize flag + 1 in the name is avoided:
+  // both flags run inside one case).
+  const std::vector<Shape> fwht = {
+      {"hd32", Profile::Spread, 0, 0, 32, {1, 7, 1000, 33333}},   {"hd64", Profile::Spread, 0, 0, 64, {1, 7, 1000, 33333}},
+      {"hd128", Profile::Spread, 0, 0, 128, {1, 7, 1000, 33333}}, {"hd256", Profile::Spread, 0, 0, 256, {1, 7, 1000, 33333}},
+      {"hd512", Profile::Spread, 0, 0, 512, {1, 7, 1000, 33333}},
+  };
+  // prefill / append: lengths not multiples of any block; one shorter than the sink, one inside the
+  // windows, body sequences; the lengths 0, 1, 127, 128, 129 around the residual block; 300 appends cross
+  // the recent-window overflow (cov) and at least two residual flushes (omni) for every sequence.
+  const std::vector<Shape> quant = {
+      {"mix-h3", Profile::Mix, 3, 3, 128, {37, S + W + 101, 300, S + W + 777}, 300},
+      {"stress-h2", Profile::Stress, 8, 2, 128, {0, 1, 127, 128, 129, 333, 3001}, 300},
+      {"stress-h4", Profile::Stress, 4, 4, 128, {0, 1, 127, 128, 129, 333, 3001}, 300},
+      {"stress-h3", Profile::Stress, 24, 3, 128, {0, 1, 127, 128, 129, 333, 3001}, 300},
+  };
+  // decode: GQA groups 4, 1, 8; peaky softmax with non-zero-mean values; the stress data (Token Norm
+  // Imbalance, zero-norm key, values x300 in a whole sequence and in 100 tokens of another); after the
+  // prefill and after 300 appends.
+  const std::vector<Shape> decode = {
+      {"peaky-g4", Profile::Peaky, 8, 2, 128, {1, 50, S + W + 3001, 333, S + W + 513, 0}},
+      {"peaky-g1", Profile::Peaky, 4, 4, 128, {1, 50, S + W + 3001, 333, S + W + 513, 0}},
+      {"peaky-g8", Profile::Peaky, 16, 2, 128, {1, 50, S + W + 3001, 333, S + W + 513, 0}},
+      {"stress-g4", Profile::Stress, 8, 2, 128, {0, 1, 127, 128, 129, 333, 3001}},
+      {"stress-g1", Profile::Stress, 4, 4, 128, {0, 1, 127, 128, 129, 333, 3001}},
+      {"stress-g8", Profile::Stress, 24, 3, 128, {0, 1, 127, 128, 129, 333, 3001}},
+      {"stress-g4-appended", Profile::Stress, 8, 2, 128, {0, 1, 127, 128, 129, 333, 3001}, 300},
+      {"stress-g1-appended", Profile::Stress, 4, 4, 128, {0, 1, 127, 128, 129, 333, 3001}, 300},
+      {"stress-g8-appended", Profile::Stress, 24, 3, 128, {0, 1, 127, 128, 129, 333, 3001}, 300},
+  };
+  const std::vector<Shape> longs = {
+      {"spread-b" + std::to_string(g_long_batch), Profile::Spread, 32, 8, 128, repeat(g_long_batch, g_long_len), 0, true},
+  };
+  const std::vector<Shape> real = {{"kjv-hd128", Profile::Spread, 4, 2, 128, {1536, 1536 - 77, 301}}};
+
+  std::vector<Case> t;
+  for (const Shape& s : fwht) t.push_back({Op::Fwht, Fmt::None, 0, s});
+  for (Op op : {Op::Prefill, Op::Append})
+    for (Fmt f : {Fmt::Cov, Fmt::Omni})
+      for (int bits : {2, 4})
+        for (const Shape& s : quant) {
+          Shape x = s;
+          if (op == Op::Prefill) x.appends = 0;
+          t.push_back({op, f, bits, x});
+        }
+  for (const Shape& s : decode) {
+    if (s.profile == Profile::Peaky && !s.appends) t.push_back({Op::Decode, Fmt::Bf16, 0, s});
+    for (Fmt f : {Fmt::Cov, Fmt::Omni})
+      for (int bits : {2, 4}) t.push_back({Op::Decode, f, bits, s});
+  }
+  for (const Shape& s : longs) {
+    t.push_back({Op::Long, Fmt::Bf16, 0, s});
+    for (Fmt f : {Fmt::Cov, Fmt::Omni})
+      for (int bits : {2, 4}) t.push_back({Op::Long, f, bits, s});
+  }
+  for (const Shape& s : real)
+    for (Fmt f : {Fmt::Cov, Fmt::Omni})
+      for (int bits : {2, 4}) t.push_back({Op::Real, f, bits, s});
+  const Shape api{"bad-input", Profile::Mix, 8, 2, 128, {37, 421, 300, 1097}};
+  t.push_back({Op::Api, Fmt::None, 0, api});  // fwht
+  t.push_back({Op::Api, Fmt::Bf16, 0, api});
+  for (Fmt f : {Fmt::Cov, Fmt::Omni})
+    for (int bits : {2, 4}) t.push_back({Op::Api, f, bits, api});
+  return t;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// One case's outcome.
+
+struct Ctx {
+  int failures = 0, checks = 0;
+  bool skipped = false;
+  std::string info;  // the case's summary (errors measured, skip reason)
+  std::string log;   // failure details, one indented line each
+  __attribute__((format(printf, 2, 3))) void fail(const char* fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    ++failures;
+    if (failures <= 40) log += std::string("    ") + buf + "\n";
+  }
+  bool cuda(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return true;
+    fail("%s: CUDA error %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+    return false;
+  }
+  // A C API call that must succeed.
+  bool ok(oscar_status s, const oscar_error& err, const char* what) {
+    if (s == OSCAR_OK) return true;
+    fail("%s: %s: %s", what, oscar_status_name(s), err.message);
+    return false;
+  }
+  // A C API call that must fail with `want` (and, when `needle` is set, name it in the message).
+  void rejects(oscar_status got, oscar_status want, const oscar_error& err, const char* needle, const char* what) {
+    ++checks;
+    if (got != want) fail("%s: status %s, want %s (message: %s)", what, oscar_status_name(got), oscar_status_name(want), err.message);
+    else if (needle && !std::strstr(err.message, needle)) fail("%s: message \"%s\" does not name \"%s\"", what, err.message, needle);
+  }
+};
+
+// The allocator's byte count: at least the layout's total (plus 16-byte rounding), 0 for bad shapes.
+inline void bytes_match_impl(Ctx& ctx, int64_t got, int64_t layout_total, int64_t bad_shape) {
+  ++ctx.checks;
+  if (got < layout_total || got > layout_total + 16 * 8) ctx.fail("cache_bytes %lld, layout() total %lld", (long long)got, (long long)layout_total);
+  if (bad_shape != 0) ctx.fail("cache_bytes of a bad shape (bits 3) is %lld, want 0", (long long)bad_shape);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Device memory.
+
+struct DevBuf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  DevBuf() = default;
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  ~DevBuf() { if (p) cudaFree(p); }
+  bool alloc(Ctx& ctx, size_t n, const char* what) {
+    bytes = n;
+    if (cudaMalloc(&p, n + 16) != cudaSuccess) { p = nullptr; ctx.fail("cudaMalloc of %zu bytes for %s failed", n, what); return false; }
+    return true;
+  }
+  template <class T> bool upload(Ctx& ctx, const std::vector<T>& h, const char* what) {
+    return alloc(ctx, h.size() * sizeof(T), what) && ctx.cuda(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), what);
+  }
+  template <class T> T* as() const { return static_cast<T*>(p); }
+};
+
+template <class T>
+std::vector<T> download(Ctx& ctx, const void* p, size_t n, const char* what) {
+  std::vector<T> h(n);
+  if (n) ctx.cuda(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), what);
+  return h;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The two cache formats behind one interface: allocation (the C API's create/destroy, sized by layout()),
+// the entry points, the twin, and the device arrays in the twin image's order.
+
+struct CovFmt {
+  using Dev = oscar_cov_cache;
+  using Twin = cov_twin::Cache;
+  static constexpr const char* name = "oscar-cov";
+  static constexpr bool poison = true;  // prefill must not depend on the memory it does not write
+  static oscar_status create(Dev* c, int B, int H, int D, int bits, int64_t cap, oscar_error* e) {
+    return oscar_cov_cache_create(c, B, H, D, bits, oscar::covfmt::kDefaultSink, oscar::covfmt::kDefaultRecent, cap, e);
+  }
+  static oscar_status destroy(Dev* c, oscar_error* e) { return oscar_cov_cache_destroy(c, e); }
+  static int64_t capacity(const Dev& c) { return oscar_cov_capacity(&c); }
+  static oscar_status prefill(const Dev& c, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
+    return oscar_cov_prefill(&c, k, v, l, mx, nullptr, e);
+  }
+  static oscar_status append(const Dev& c, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
+    return oscar_cov_append(&c, k, v, l, mx, nullptr, e);
+  }
+  static oscar_status decode(const Dev& c, const void* q, int hq, const int32_t* l, int32_t mx, float sc, float* out, void* ws, size_t wsb,
+                             oscar_error* e) {
+    return oscar_cov_decode(&c, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
+  }
+  static Twin empty(int B, int H, int D, int bits, int64_t cap) { return cov_twin::empty(B, H, D, bits, cap); }
+  static Twin build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std::vector<int>& lens, int bits, int64_t cap) {
+    return cov_twin::build(k, v, lens, bits, cap);
+  }
+  static std::vector<void*> arrays(const Dev& c) { return {c.k_sink, c.v_sink, c.k_recent, c.v_recent, c.k_codes, c.v_codes, c.k_params, c.v_params}; }
+  static int64_t body_capacity(const Dev& c) { return c.body_capacity; }
+  static void head(const Twin& t, int b, int h, int64_t L, std::vector<double>& K, std::vector<double>& V) { cov_twin::dequant_head(t, b, h, L, K, V); }
+};
+
+struct OmniFmt {
+  using Dev = oscar_omni_cache;
+  using Twin = omni_twin::Cache;
+  static constexpr const char* name = "oscar-omni";
+  static constexpr bool poison = false;  // as created (zeroed): the former gpu_test_omni's allocation
+  static oscar_status create(Dev* c, int B, int H, int D, int bits, int64_t cap, oscar_error* e) {
+    return oscar_omni_cache_create(c, B, H, D, bits, cap, e);
+  }
+  static oscar_status destroy(Dev* c, oscar_error* e) { return oscar_omni_cache_destroy(c, e); }
+  static int64_t capacity(const Dev& c) { return oscar_omni_capacity(&c); }
+  static oscar_status prefill(const Dev& c, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
+    return oscar_omni_prefill(&c, k, v, l, mx, nullptr, e);
+  }
+  static oscar_status append(const Dev& c, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
+    return oscar_omni_append(&c, k, v, l, mx, nullptr, e);
+  }
+  static oscar_status decode(const Dev& c, const void* q, int hq, const int32_t* l, int32_t mx, float sc, float* out, void* ws, size_t wsb,
+                             oscar_error* e) {
+    return oscar_omni_decode(&c, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
+  }
+  static Twin empty(int B, int H, int D, int bits, int64_t cap) { return omni_twin::empty(B, H, D, bits, cap); }
+  static Twin build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std::vector<int>& lens, int bits, int64_t cap) {
+    return omni_twin::build(k, v, lens, bits, cap);
+  }
+  static std::vector<void*> arrays(const Dev& c) { return {c.k_res, c.v_res, c.k_codes, c.v_codes, c.k_params, c.v_params, c.k_norms}; }
+  static int64_t body_capacity(const Dev& c) { return c.body_capacity; }
+  static void head(const Twin& t, int b, int h, int64_t L, std::vector<double>& K, std::vector<double>& V) { omni_twin::dequant_head(t, b, h, L, K, V); }
+};
+
+// A device cache created through the C API, destroyed with it.
+template <class F>
+struct DevCache {
+  typename F::Dev c{};
+  bool live = false;
+  DevCache() = default;
+  DevCache(const DevCache&) = delete;
+  ~DevCache() {
+    oscar_error e{};
+    if (live) F::destroy(&c, &e);
+  }
+  // Creates the cache for `capacity` tokens and poisons its arrays (0xAB) when the format asks for it.
+  bool create(Ctx& ctx, int B, int H, int D, int bits, int64_t capacity) {
+    oscar_error e{};
+    if (!ctx.ok(F::create(&c, B, H, D, bits, capacity, &e), e, "cache create")) return false;
+    live = true;
+    if (F::poison) {
+      const typename F::Twin shape = F::empty(B, H, D, bits, capacity);
+      const auto ptrs = F::arrays(c);
+      for (size_t i = 0; i < ptrs.size(); ++i)
+        if (shape.img.arrays[i].bytes() && !ctx.cuda(cudaMemset(ptrs[i], 0xAB, size_t(shape.img.arrays[i].bytes())), "poison")) return false;
+    }
+    return true;
+  }
+  // The device arrays as an image shaped like the twin `like`.
+  typename F::Twin image(Ctx& ctx, const typename F::Twin& like) const {
+    typename F::Twin d = F::empty(like.B, like.H, like.D, like.bits, like.capacity);
+    const auto ptrs = F::arrays(c);
+    for (size_t i = 0; i < ptrs.size(); ++i) {
+      twins::Array& a = d.img.arrays[i];
+      if (a.bytes()) ctx.cuda(cudaMemcpy(a.data.data(), ptrs[i], size_t(a.bytes()), cudaMemcpyDeviceToHost), a.name.c_str());
+    }
+    return d;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------------
+// Shared steps.
+
+// Uploads the rows and lengths, prefills lens, then appends `appends` single tokens (token L of each
+// sequence from its rows); `cur` ends as the lengths the cache holds.
+template <class F>
+bool fill(Ctx& ctx, const DevCache<F>& dc, const twins::Inputs& in, const DevBuf& dk, const DevBuf& dv, DevBuf& dl,
+          const std::vector<int>& lens, int appends, std::vector<int>& cur) {
+  const int B = in.k.B, H = in.k.H, D = in.k.D;
+  oscar_error err{};
+  cur = lens;
+  if (!ctx.cuda(cudaMemcpy(dl.p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice), "upload lens")) return false;
+  if (!ctx.ok(F::prefill(dc.c, dk.p, dv.p, dl.as<int32_t>(), in.k.T, &err), err, "prefill")) return false;
+  if (!appends) return ctx.cuda(cudaDeviceSynchronize(), "prefill sync");
+  std::vector<uint16_t> kn(size_t(B) * H * D), vn(kn.size());
+  DevBuf dkn, dvn;
+  if (!dkn.alloc(ctx, kn.size() * 2, "k_new") || !dvn.alloc(ctx, vn.size() * 2, "v_new")) return false;
+  for (int step = 0; step < appends; ++step) {
+    int mx = 0;
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < H; ++h) {
+        std::memcpy(&kn[(size_t(b) * H + h) * D], in.k.row(b, h, cur[b]), size_t(D) * 2);
+        std::memcpy(&vn[(size_t(b) * H + h) * D], in.v.row(b, h, cur[b]), size_t(D) * 2);
+      }
+      mx = std::max(mx, cur[b]);
+    }
+    if (!ctx.cuda(cudaMemcpy(dkn.p, kn.data(), kn.size() * 2, cudaMemcpyHostToDevice), "upload k_new") ||
+        !ctx.cuda(cudaMemcpy(dvn.p, vn.data(), vn.size() * 2, cudaMemcpyHostToDevice), "upload v_new") ||
+        !ctx.cuda(cudaMemcpy(dl.p, cur.data(), cur.size() * 4, cudaMemcpyHostToDevice), "upload lens"))
+      return false;
+    if (!ctx.ok(F::append(dc.c, dkn.p, dvn.p, dl.as<int32_t>(), mx, &err), err, ("append step " + std::to_string(step)).c_str())) return false;
+    for (int& L : cur) ++L;
+  }
+  return ctx.cuda(cudaDeviceSynchronize(), "append sync") &&
+         ctx.cuda(cudaMemcpy(dl.p, cur.data(), cur.size() * 4, cudaMemcpyHostToDevice), "upload lens");
+}
+
+// The device cache against the twin at lengths `cur`: every live element bit for bit.
+template <class F>
+bool same_as_twin(Ctx& ctx, const DevCache<F>& dc, const typename F::Twin& tw, const char* what) {
+  if (F::body_capacity(dc.c) != tw.body_capacity) {
+    ctx.fail("%s: C API body_capacity %lld, layout() %lld", what, (long long)F::body_capacity(dc.c), (long long)tw.body_capacity);
+    return false;
+  }
+  std::string log;
+  const int64_t bad = twins::compare(tw.img, dc.image(ctx, tw).img, &log);
+  if (bad) {
+    ctx.fail("%s: %lld live element(s) differ from the CPU twin:", what, (long long)bad);
+    ctx.log += log;
+  }
+  return bad == 0;
+}
+
+// Decode outputs `out` [B][Hq][D] against `ref` for sequences `seqs`: relative L2 error per (b, hq)
+// within `bound`; the worst one goes into ctx.info, each failing one into the log (with its first channels).
+void check_outputs(Ctx& ctx, const std::vector<float>& out, const std::vector<double>& ref, const std::vector<int>& lens,
+                   const std::vector<int>& seqs, int Hq, int D, double bound, const std::string& label) {
+  double worst = 0;
+  int wb = -1, wq = -1;
+  for (int b : seqs)
+    for (int hq = 0; hq < Hq; ++hq) {
+      const size_t o = (size_t(b) * Hq + hq) * D;
+      const double e = attn_twin::rel_err(&out[o], &ref[o], D);
+      if (!(e <= worst)) { worst = e; wb = b; wq = hq; }
+      if (!(e <= bound)) {
+        char ch[160];
+        std::snprintf(ch, sizeof ch, "out[0..2] = %.6g %.6g %.6g, ref %.6g %.6g %.6g", out[o], out[o + 1], out[o + 2], ref[o], ref[o + 1], ref[o + 2]);
+        ctx.fail("%s b=%d (L=%d) hq=%d: rel err %.3e > %.0e; %s", label.c_str(), b, lens[size_t(b)], hq, e, bound, ch);
+      }
+    }
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%smax rel err %.3e (b=%d L=%d hq=%d; bound %.0e)", ctx.info.empty() ? "" : "; ", worst, wb,
+                wb >= 0 ? lens[size_t(wb)] : 0, wq, bound);
+  ctx.info += label.empty() ? buf : label + " " + buf;
+}
+
+// Launches the decode of format F (or the bf16 kernel when dc is null) and downloads the output.
+template <class F>
+bool run_decode_kernel(Ctx& ctx, const DevCache<F>* dc, const DevBuf* dk, const DevBuf* dv, const twins::Bf16Rows& rows, const DevBuf& dq,
+                       const DevBuf& dl, const std::vector<int>& cur, int Hq, double scale, std::vector<float>& out) {
+  const int B = int(cur.size()), H = rows.H, D = rows.D;
+  const int mx = std::max(1, *std::max_element(cur.begin(), cur.end()));
+  const size_t ws = oscar_decode_workspace_bytes(B, Hq, H, D, dc ? mx : rows.T, dc ? 1 : 0);
+  DevBuf dws, dout;
+  if (!dws.alloc(ctx, ws, "workspace") || !dout.alloc(ctx, size_t(B) * Hq * D * 4, "out")) return false;
+  if (!ctx.cuda(cudaMemset(dout.p, 0xff, dout.bytes), "poison out")) return false;  // NaN
+  oscar_error err{};
+  const oscar_status s = dc ? F::decode(dc->c, dq.p, Hq, dl.as<int32_t>(), mx, float(scale), dout.as<float>(), dws.p, ws, &err)
+                            : oscar_bf16_decode(dk->p, dv->p, B, H, rows.T, D, dq.p, Hq, dl.as<int32_t>(), rows.T, float(scale),
+                                                dout.as<float>(), dws.p, ws, nullptr, &err);
+  if (!ctx.ok(s, err, "decode") || !ctx.cuda(cudaDeviceSynchronize(), "decode sync")) return false;
+  out = download<float>(ctx, dout.p, size_t(B) * Hq * D, "out");
+  return true;
+}
+
+std::vector<int> all_seqs(size_t B) {
+  std::vector<int> s(B);
+  for (size_t b = 0; b < B; ++b) s[b] = int(b);
+  return s;
+}
+
+int max_len(const Shape& s) { return *std::max_element(s.lens.begin(), s.lens.end()) + s.appends; }
+uint32_t seed_of(const Case& c) { return uint32_t(std::hash<std::string>{}(c.shape.name) & 0xffffff) + uint32_t(c.bits); }
+
+// ---------------------------------------------------------------------------------------------------------
+// The ops.
+
+void op_fwht(Ctx& ctx, const Case& c) {
+  const int hd = c.shape.head_dim;
+  std::mt19937 rng(1234 + hd);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  for (int rows : c.shape.lens)
+    for (int norm : {0, 1}) {
+      std::vector<float> x(size_t(rows) * hd);
+      for (auto& v : x) v = nd(rng);
+      const std::vector<float> want = fwht_twin::transform(x, rows, hd, norm != 0);
+      DevBuf d;
+      if (!d.upload(ctx, x, "rows")) return;
+      oscar_error err{};
+      if (!ctx.ok(oscar_fwht_f32(d.as<float>(), rows, hd, norm, nullptr, &err), err, "oscar_fwht_f32") ||
+          !ctx.cuda(cudaDeviceSynchronize(), "sync"))
+        return;
+      const auto got = download<float>(ctx, d.p, x.size(), "rows");
+      for (size_t i = 0; i < x.size(); ++i)
+        if (std::memcmp(&got[i], &want[i], 4) != 0) {
+          ctx.fail("rows=%d normalize=%d: element %zu (row %zu, col %zu): GPU %.9g, twin %.9g (and maybe more)", rows, norm, i, i / hd, i % hd,
+                   got[i], want[i]);
+          break;
+        }
+    }
+  ctx.info = "rows 1, 7, 1000, 33333 x normalize 0/1 bit-exact";
+}
+
+// prefill and append: the cache after prefill (and single-token appends) equals the twin bit for bit.
+template <class F>
+void op_quant(Ctx& ctx, const Case& c) {
+  const Shape& s = c.shape;
+  const int T = max_len(s), B = int(s.lens.size());
+  const twins::Inputs in = twins::make_inputs(s.profile, B, s.hq, s.hkv, T, s.head_dim, seed_of(c));
+  DevBuf dk, dv, dl;
+  if (!dk.upload(ctx, in.k.x, "k") || !dv.upload(ctx, in.v.x, "v") || !dl.alloc(ctx, size_t(B) * 4, "lens")) return;
+  DevCache<F> dc;
+  if (!dc.create(ctx, B, s.hkv, s.head_dim, c.bits, T)) return;
+  std::vector<int> cur;
+  if (!fill(ctx, dc, in, dk, dv, dl, s.lens, s.appends, cur)) return;
+  const typename F::Twin tw = F::build(in.k, in.v, cur, c.bits, T);
+  if (same_as_twin(ctx, dc, tw, op_name(c.op))) ctx.info = "every live element bit-exact";
+}
+
+// decode: the cache equals the twin, then the output is within the bound of float64 attention over it.
+template <class F>
+void op_decode(Ctx& ctx, const Case& c) {
+  const Shape& s = c.shape;
+  const int T = max_len(s), B = int(s.lens.size()), D = s.head_dim;
+  const double scale = 1.0 / std::sqrt(double(D));
+  const twins::Inputs in = twins::make_inputs(s.profile, B, s.hq, s.hkv, T, D, seed_of(c));
+  DevBuf dk, dv, dl, dq;
+  if (!dk.upload(ctx, in.k.x, "k") || !dv.upload(ctx, in.v.x, "v") || !dq.upload(ctx, in.q, "q") || !dl.alloc(ctx, size_t(B) * 4, "lens"))
+    return;
+  std::vector<int> cur = s.lens;
+  std::vector<float> out;
+  std::vector<double> ref;
+  if (c.fmt == Fmt::Bf16) {
+    if (!ctx.cuda(cudaMemcpy(dl.p, cur.data(), cur.size() * 4, cudaMemcpyHostToDevice), "upload lens") ||
+        !run_decode_kernel<F>(ctx, nullptr, &dk, &dv, in.k, dq, dl, cur, s.hq, scale, out))
+      return;
+    ref = attn_twin::decode(in.q, cur, all_seqs(B), s.hq, s.hkv, D, scale, [&](int b, int h, int64_t L, auto& K, auto& V) {
+      attn_twin::bf16_head(in.k, in.v, b, h, L, K, V);
+    });
+  } else {
+    DevCache<F> dc;
+    if (!dc.create(ctx, B, s.hkv, D, c.bits, T) || !fill(ctx, dc, in, dk, dv, dl, s.lens, s.appends, cur)) return;
+    const typename F::Twin tw = F::build(in.k, in.v, cur, c.bits, T);
+    if (!same_as_twin(ctx, dc, tw, "cache before decode")) return;
+    if (!run_decode_kernel<F>(ctx, &dc, nullptr, nullptr, in.k, dq, dl, cur, s.hq, scale, out)) return;
+    ref = attn_twin::decode(in.q, cur, all_seqs(B), s.hq, s.hkv, D, scale,
+                            [&](int b, int h, int64_t L, auto& K, auto& V) { F::head(tw, b, h, L, K, V); });
+  }
+  check_outputs(ctx, out, ref, cur, all_seqs(B), s.hq, D, kDecodeBound, "");
+}
+
+// long: B copies of one sequence of L tokens on the device; sequences 0 and B-1 checked.
+struct LongInputs {
+  int B = 0, L = 0;
+  twins::Inputs in;  // rows of one sequence, queries of B (the former gpu_test_long_split's data, seed 4242)
+};
+const LongInputs& long_inputs(const Shape& s) {
+  static std::unique_ptr<LongInputs> cached;
+  const int B = int(s.lens.size()), L = s.lens[0];
+  if (!cached || cached->L != L || cached->B != B) {
+    cached = std::make_unique<LongInputs>();
+    cached->B = B;
+    cached->L = L;
+    cached->in = twins::make_inputs(Profile::Spread, 1, s.hq, s.hkv, L, s.head_dim, 4242, B);
+  }
+  return *cached;
+}
+
+template <class F>
+void op_long(Ctx& ctx, const Case& c) {
+  const Shape& s = c.shape;
+  const int B = int(s.lens.size()), L = s.lens[0], H = s.hkv, Hq = s.hq, D = s.head_dim, G = Hq / H;
+  const double scale = 1.0 / std::sqrt(double(D));
+  const twins::Inputs& one = long_inputs(s).in;
+  const std::vector<uint16_t>& q = one.q;
+  const size_t seq = size_t(H) * L * D;
+  DevBuf dk, dv, dq, dl;
+  if (!dk.alloc(ctx, seq * B * 2, "k") || !dv.alloc(ctx, seq * B * 2, "v") || !dq.upload(ctx, q, "q") || !dl.upload(ctx, s.lens, "lens"))
+    return;
+  for (int b = 0; b < B; ++b)
+    if (!ctx.cuda(cudaMemcpy(dk.as<uint16_t>() + b * seq, one.k.x.data(), seq * 2, cudaMemcpyHostToDevice), "upload k") ||
+        !ctx.cuda(cudaMemcpy(dv.as<uint16_t>() + b * seq, one.v.x.data(), seq * 2, cudaMemcpyHostToDevice), "upload v"))
+      return;
+  twins::Bf16Rows rows;  // the device rows' shape (the bf16 kernel's capacity = L)
+  rows.B = B; rows.H = H; rows.T = L; rows.D = D;
+  std::vector<float> out;
+  std::unique_ptr<typename F::Twin> tw;
+  if (c.fmt == Fmt::Bf16) {
+    if (!run_decode_kernel<F>(ctx, nullptr, &dk, &dv, rows, dq, dl, s.lens, Hq, scale, out)) return;
+  } else {
+    DevCache<F> dc;
+    oscar_error err{};
+    if (!dc.create(ctx, B, H, D, c.bits, L) || !ctx.ok(F::prefill(dc.c, dk.p, dv.p, dl.as<int32_t>(), L, &err), err, "prefill") ||
+        !run_decode_kernel<F>(ctx, &dc, nullptr, nullptr, rows, dq, dl, s.lens, Hq, scale, out))
+      return;
+    tw = std::make_unique<typename F::Twin>(F::build(one.k, one.v, {L}, c.bits, L));  // every sequence holds these rows
+  }
+  // The reference of sequences 0 and B-1 (same rows, their own queries), dequantizing each head once.
+  std::vector<double> ref(out.size(), 0.0), K, V;
+  for (int h = 0; h < H; ++h) {
+    if (tw) F::head(*tw, 0, h, L, K, V);
+    else attn_twin::bf16_head(one.k, one.v, 0, h, L, K, V);
+    for (int b : {0, B - 1})
+      for (int g = 0; g < G; ++g) {
+        const size_t o = (size_t(b) * Hq + size_t(h) * G + g) * D;
+        attn_twin::attention_bf16q(&q[o], K, V, L, D, scale, &ref[o]);
+      }
+  }
+  check_outputs(ctx, out, ref, s.lens, B > 1 ? std::vector<int>{0, B - 1} : std::vector<int>{0}, Hq, D, kLongBound, "");
+}
+
+// real: every layer of the bundled model, Hadamard-rotated and rounded to bf16, batch of three lengths.
+const std::vector<RealLayer>& real_layers(int T) {
+  static std::map<int, std::vector<RealLayer>> cache;
+  auto it = cache.find(T);
+  if (it == cache.end()) it = cache.emplace(T, real_activations(T)).first;
+  return it->second;
+}
+
+template <class F>
+void op_real(Ctx& ctx, const Case& c) {
+  if (const std::string miss = real_data_missing(); !miss.empty()) {
+    ctx.skipped = true;
+    ctx.info = "real data absent: " + miss + " (bring it with data/bring_data.sh)";
+    return;
+  }
+  const Shape& s = c.shape;
+  const int T = max_len(s), B = int(s.lens.size()), D = s.head_dim;
+  const double scale = 1.0 / std::sqrt(double(D));
+  const std::vector<RealLayer>& layers = real_layers(T);
+  double worst = 0;
+  std::string worst_info;
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const RealLayer& R = layers[li];
+    if (R.head_dim != D) { ctx.fail("layer %zu: head_dim %d, the case expects %d", li, R.head_dim, D); return; }
+    const int Hq = R.n_heads, H = R.n_kv_heads;
+    auto rotate = [&](const std::vector<float>& x) { return fwht_twin::transform(x, int64_t(x.size() / D), D, true); };
+    const std::vector<float> kr = rotate(R.k), vr = rotate(R.v), qr = rotate(R.q);
+    twins::Inputs in;
+    in.k.init(B, H, T, D);
+    in.v.init(B, H, T, D);
+    in.q.resize(size_t(B) * Hq * D);
+    for (int b = 0; b < B; ++b) {
+      for (size_t i = 0; i < kr.size(); ++i) {
+        in.k.x[size_t(b) * kr.size() + i] = oscar::float_to_bf16_bits(kr[i]);
+        in.v.x[size_t(b) * vr.size() + i] = oscar::float_to_bf16_bits(vr[i]);
+      }
+      for (int h = 0; h < Hq; ++h)  // the query of the sequence's last token
+        for (int ch = 0; ch < D; ++ch)
+          in.q[(size_t(b) * Hq + h) * D + ch] = oscar::float_to_bf16_bits(qr[(size_t(h) * T + s.lens[size_t(b)] - 1) * D + ch]);
+    }
+    DevBuf dk, dv, dl, dq;
+    if (!dk.upload(ctx, in.k.x, "k") || !dv.upload(ctx, in.v.x, "v") || !dq.upload(ctx, in.q, "q") || !dl.alloc(ctx, size_t(B) * 4, "lens"))
+      return;
+    DevCache<F> dc;
+    std::vector<int> cur;
+    std::vector<float> out;
+    if (!dc.create(ctx, B, H, D, c.bits, T) || !fill(ctx, dc, in, dk, dv, dl, s.lens, 0, cur)) return;
+    const typename F::Twin tw = F::build(in.k, in.v, cur, c.bits, T);
+    const std::string label = "layer " + std::to_string(li);
+    if (!same_as_twin(ctx, dc, tw, label.c_str())) continue;
+    if (!run_decode_kernel<F>(ctx, &dc, nullptr, nullptr, in.k, dq, dl, cur, Hq, scale, out)) return;
+    const std::vector<double> ref = attn_twin::decode(in.q, cur, all_seqs(B), Hq, H, D, scale,
+                                                      [&](int b, int h, int64_t L, auto& K, auto& V) { F::head(tw, b, h, L, K, V); });
+    Ctx layer;
+    check_outputs(layer, out, ref, cur, all_seqs(B), Hq, D, kRealBound, label);
+    ctx.failures += layer.failures;
+    ctx.log += layer.log;
+    double e = 0;
+    for (int b = 0; b < B; ++b)
+      for (int hq = 0; hq < Hq; ++hq) e = std::max(e, attn_twin::rel_err(&out[(size_t(b) * Hq + hq) * D], &ref[(size_t(b) * Hq + hq) * D], D));
+    if (e >= worst) { worst = e; worst_info = layer.info; }
+  }
+  ctx.info = std::to_string(layers.size()) + " layers, worst " + worst_info;
+}
+
+// api: bad input gets an error status and a message, never a silent wrong answer.
+void api_fwht(Ctx& ctx) {
+  DevBuf d;
+  if (!d.alloc(ctx, 1024 * 4, "rows")) return;
+  oscar_error err{};
+  float* p = d.as<float>();
+  ctx.rejects(oscar_fwht_f32(p, 4, 96, 1, nullptr, &err), OSCAR_ERR_UNSUPPORTED, err, "head_dim=96", "fwht head_dim 96");
+  ctx.rejects(oscar_fwht_f32(nullptr, 4, 128, 1, nullptr, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "fwht null data");
+  ctx.rejects(oscar_fwht_f32(p + 1, 4, 128, 1, nullptr, &err), OSCAR_ERR_MISALIGNED, err, nullptr, "fwht misaligned data");
+  ctx.rejects(oscar_fwht_f32(p, -1, 128, 1, nullptr, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "fwht negative rows");
+  ctx.info = "4 rejections";
+}
+
+void api_bf16(Ctx& ctx, const Shape& s) {
+  const int B = int(s.lens.size()), H = s.hkv, Hq = s.hq, D = s.head_dim, T = max_len(s);
+  DevBuf dk, dv, dq, dl, dout, dws;
+  const size_t ws = oscar_decode_workspace_bytes(B, Hq, H, D, T, 0);
+  if (!dk.alloc(ctx, size_t(B) * H * T * D * 2, "k") || !dv.alloc(ctx, dk.bytes, "v") || !dq.alloc(ctx, size_t(B) * Hq * D * 2, "q") ||
+      !dl.upload(ctx, s.lens, "lens") || !dout.alloc(ctx, size_t(B) * Hq * D * 4, "out") || !dws.alloc(ctx, ws, "workspace"))
+    return;
+  oscar_error err{};
+  auto dec = [&](const void* k, int hd, const void* q, int hq, int mx, size_t wsb) {
+    return oscar_bf16_decode(k, dv.p, B, H, T, hd, q, hq, dl.as<int32_t>(), mx, 1.f, dout.as<float>(), dws.p, wsb, nullptr, &err);
+  };
+  ctx.rejects(dec(dk.p, 96, dq.p, Hq, T, ws), OSCAR_ERR_UNSUPPORTED, err, nullptr, "bf16 head_dim 96");
+  ctx.rejects(dec(dk.p, D, dq.p, Hq, T + 1, ws), OSCAR_ERR_INVALID_ARGUMENT, err, "capacity", "bf16 length beyond capacity");
+  ctx.rejects(dec(dk.p, D, dq.p, Hq, T, ws / 2), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "bf16 small workspace");
+  ctx.rejects(dec(dk.p, D, dq.as<uint16_t>() + 1, Hq, T, ws), OSCAR_ERR_MISALIGNED, err, nullptr, "bf16 misaligned q");
+  ctx.rejects(dec(dk.p, D, dq.p, Hq + 1, T, ws), OSCAR_ERR_UNSUPPORTED, err, nullptr, "bf16 query heads not a multiple of KV heads");
+  ctx.rejects(dec(nullptr, D, dq.p, Hq, T, ws), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "bf16 null k");
+  ctx.info = "6 rejections";
+}
+
+template <class F>
+void api_cache(Ctx& ctx, const Case& c) {
+  const Shape& s = c.shape;
+  const int B = int(s.lens.size()), H = s.hkv, Hq = s.hq, D = s.head_dim, T = max_len(s);
+  DevBuf dk, dv, dq, dl, dout, dws;
+  const size_t ws = oscar_decode_workspace_bytes(B, Hq, H, D, T, 1);
+  if (!dk.alloc(ctx, size_t(B) * H * T * D * 2, "k") || !dv.alloc(ctx, dk.bytes, "v") || !dq.alloc(ctx, size_t(B) * Hq * D * 2, "q") ||
+      !dl.upload(ctx, s.lens, "lens") || !dout.alloc(ctx, size_t(B) * Hq * D * 4, "out") || !dws.alloc(ctx, ws, "workspace") ||
+      !ctx.cuda(cudaMemset(dk.p, 0, dk.bytes), "zero k") || !ctx.cuda(cudaMemset(dv.p, 0, dv.bytes), "zero v"))
+    return;
+  DevCache<F> dc;
+  if (!dc.create(ctx, B, H, D, c.bits, T)) return;
+  oscar_error err{};
+  using Dev = typename F::Dev;
+  const Dev& g = dc.c;
+  const int32_t cap = int32_t(F::capacity(g));
+  const int32_t* l = dl.as<int32_t>();
+  const uint16_t* k = dk.as<uint16_t>();
+  auto decode = [&](const Dev& x, const void* q, int hq, const int32_t* lens, int mx, float* out, size_t wsb) {
+    return F::decode(x, q, hq, lens, mx, 1.f, out, dws.p, wsb, &err);
+  };
+  // Lengths, pointers, workspace.
+  ctx.rejects(F::prefill(g, k, dv.p, l, cap + 1, &err), OSCAR_ERR_INVALID_ARGUMENT, err, "capacity", "prefill max_len beyond capacity");
+  ctx.rejects(F::append(g, k, dv.p, l, cap, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "append beyond capacity");
+  ctx.rejects(decode(g, dq.p, Hq, l, cap + 1, dout.as<float>(), ws), OSCAR_ERR_INVALID_ARGUMENT, err, "capacity", "decode beyond capacity");
+  ctx.rejects(F::prefill(g, nullptr, dv.p, l, T, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "prefill null k");
+  ctx.rejects(F::prefill(g, k + 1, dv.p, l, T, &err), OSCAR_ERR_MISALIGNED, err, nullptr, "prefill misaligned k");
+  ctx.rejects(decode(g, dq.p, Hq, nullptr, T, dout.as<float>(), ws), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "decode null lens");
+  ctx.rejects(decode(g, dq.p, Hq, l, T, dout.as<float>() + 1, ws), OSCAR_ERR_MISALIGNED, err, nullptr, "decode misaligned out");
+  ctx.rejects(decode(g, dq.as<uint16_t>() + 1, Hq, l, T, dout.as<float>(), ws), OSCAR_ERR_MISALIGNED, err, nullptr, "decode misaligned q");
+  ctx.rejects(decode(g, dq.p, Hq, l, T, dout.as<float>(), ws / 4), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "decode small workspace");
+  ctx.rejects(decode(g, dq.p, H * 17, l, T, dout.as<float>(), ws), OSCAR_ERR_UNSUPPORTED, err, nullptr, "decode GQA group 17");
+  // Shapes the kernels are not compiled for, and a bad struct.
+  Dev bad = g;
+  bad.bits = 3;
+  ctx.rejects(F::prefill(bad, k, dv.p, l, T, &err), OSCAR_ERR_UNSUPPORTED, err, "bits=3", "prefill bits 3");
+  bad = g;
+  bad.bits = 8;
+  ctx.rejects(decode(bad, dq.p, Hq, l, T, dout.as<float>(), ws), OSCAR_ERR_UNSUPPORTED, err, nullptr, "decode bits 8");
+  bad = g;
+  bad.head_dim = 96;
+  ctx.rejects(F::prefill(bad, k, dv.p, l, T, &err), OSCAR_ERR_UNSUPPORTED, err, "head_dim=96", "prefill head_dim 96");
+  ctx.rejects(decode(bad, dq.p, Hq, l, T, dout.as<float>(), ws), OSCAR_ERR_UNSUPPORTED, err, nullptr, "decode head_dim 96");
+  // Format-specific struct faults, and the allocator's shape checks.
+  if constexpr (std::is_same_v<F, CovFmt>) {
+    bad = g;
+    bad.k_codes = static_cast<char*>(bad.k_codes) + 2;
+    ctx.rejects(F::prefill(bad, k, dv.p, l, T, &err), OSCAR_ERR_MISALIGNED, err, nullptr, "prefill misaligned k_codes");
+    bad = g;
+    bad.v_recent = nullptr;
+    ctx.rejects(F::append(bad, k, dv.p, l, 10, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "append null v_recent");
+    ctx.rejects(oscar_cov_prefill(nullptr, k, dv.p, l, T, nullptr, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "prefill null cache");
+    Dev x{};
+    ctx.rejects(oscar_cov_cache_create(nullptr, B, H, D, c.bits, 64, 256, T, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr,
+                "create null cache");
+    ctx.rejects(oscar_cov_cache_create(&x, B, H, D, c.bits, 64, 0, T, &err), OSCAR_ERR_INVALID_ARGUMENT, err, "recent", "create recent 0");
+    bytes_match_impl(ctx, oscar_cov_cache_bytes(B, H, D, c.bits, 64, 256, T), oscar::covfmt::layout(B, H, D, c.bits, T, 64, 256).total_bytes(),
+                    oscar_cov_cache_bytes(B, H, D, 3, 64, 256, T));
+  } else {
+    bad = g;
+    bad.body_capacity = 100;
+    ctx.rejects(F::append(bad, k, dv.p, l, 10, &err), OSCAR_ERR_INVALID_ARGUMENT, err, "multiple", "append body_capacity not a multiple of 128");
+    bad = g;
+    bad.k_norms = nullptr;
+    ctx.rejects(F::prefill(bad, k, dv.p, l, T, &err), OSCAR_ERR_INVALID_ARGUMENT, err, "k_norms", "prefill null k_norms");
+    bad = g;
+    bad.v_params = static_cast<char*>(bad.v_params) + 4;
+    ctx.rejects(decode(bad, dq.p, Hq, l, T, dout.as<float>(), ws), OSCAR_ERR_MISALIGNED, err, nullptr, "decode misaligned v_params");
+    ctx.rejects(oscar_omni_prefill(nullptr, k, dv.p, l, T, nullptr, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "prefill null cache");
+    ctx.rejects(oscar_omni_cache_create(nullptr, B, H, D, c.bits, T, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "create null cache");
+    bytes_match_impl(ctx, oscar_omni_cache_bytes(B, H, D, c.bits, T), oscar::omnifmt::layout(B, H, D, c.bits, T).total_bytes(),
+                    oscar_omni_cache_bytes(B, H, D, 3, T));
+  }
+  Dev x{};
+  ctx.rejects(F::create(&x, B, H, D, 3, T, &err), OSCAR_ERR_UNSUPPORTED, err, "bits=3", "create bits 3");
+  ctx.rejects(F::create(&x, 0, H, D, c.bits, T, &err), OSCAR_ERR_INVALID_ARGUMENT, err, "batch", "create batch 0");
+  ctx.rejects(F::create(&x, B, H, 48, c.bits, T, &err), OSCAR_ERR_UNSUPPORTED, err, "head_dim=48", "create head_dim 48");
+  ctx.rejects(F::create(&x, B, H, D, c.bits, 0, &err), OSCAR_ERR_INVALID_ARGUMENT, err, "capacity", "create capacity 0");
+  ctx.info = std::to_string(ctx.checks) + " rejections checked";
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Dispatch and the command line.
+
+void run_case(Ctx& ctx, const Case& c) {
+  const bool omni = c.fmt == Fmt::Omni;
+  switch (c.op) {
+    case Op::Fwht: op_fwht(ctx, c); break;
+    case Op::Prefill:
+    case Op::Append: omni ? op_quant<OmniFmt>(ctx, c) : op_quant<CovFmt>(ctx, c); break;
+    case Op::Decode: omni ? op_decode<OmniFmt>(ctx, c) : op_decode<CovFmt>(ctx, c); break;  // bf16 uses no cache type
+    case Op::Long: omni ? op_long<OmniFmt>(ctx, c) : op_long<CovFmt>(ctx, c); break;
+    case Op::Real: omni ? op_real<OmniFmt>(ctx, c) : op_real<CovFmt>(ctx, c); break;
+    case Op::Api:
+      if (c.fmt == Fmt::None) api_fwht(ctx);
+      else if (c.fmt == Fmt::Bf16) api_bf16(ctx, c.shape);
+      else if (omni) api_cache<OmniFmt>(ctx, c);
+      else api_cache<CovFmt>(ctx, c);
+      break;
+  }
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t a = 0;
+  while (a <= s.size()) {
+    const size_t b = std::min(s.find(',', a), s.size());
+    if (b > a) out.push_back(s.substr(a, b - a));
+    a = b + 1;
+  }
+  return out;
+}
+bool listed(const std::vector<std::string>& sel, const std::string& x) {
+  return sel.empty() || std::find(sel.begin(), sel.end(), x) != sel.end();
+}
+
+void usage(const char* argv0) {
+  std::printf(
+      "usage: %s [-o OPS] [-f FORMATS] [-b BITS] [-s SHAPES] [--slow] [--list] [--long-batch N] [--long-len N]\n"
+      "  -o OPS       comma list of fwht, prefill, append, decode, long, real, api (default: all)\n"
+      "  -f FORMATS   comma list of cov, omni, bf16, - (fwht and its api case) (default: all)\n"
+      "  -b BITS      comma list of 2, 4, 0 (cases without bits: bf16, fwht, api of fwht/bf16) (default: all)\n"
+      "  -s SHAPES    only cases whose shape name contains one of these (comma list)\n"
+      "  --slow       include the cases tagged slow (long split); -o long selects them too\n"
+      "  --list       print the selected cases and exit (needs no GPU)\n"
+      "  --long-batch N, --long-len N   long-split geometry for diagnosis (default 32, 65529)\n"
+      "Exit status: 0 every selected case passed or skipped (at least one passed); 1 a case failed;\n"
+      "77 no CUDA device, or every selected case skipped; 2 bad usage.\n",
+      argv0);
+}
+
+}  // namespace
+
+// The driver (called by gpu_test_ops.cu's main).
+int gpu_test_ops_main(int argc, char** argv) {
+  std::vector<std::string> ops, fmts, bits, shapes;
+  bool slow = false, list = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        usage(argv[0]);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "-o") ops = split(value());
+    else if (a == "-f") fmts = split(value());
+    else if (a == "-b") bits = split(value());
+    else if (a == "-s") shapes = split(value());
+    else if (a == "--slow") slow = true;
+    else if (a == "--list") list = true;
+    else if (a == "--long-batch") g_long_batch = std::atoi(value().c_str());
+    else if (a == "--long-len") g_long_len = std::atoi(value().c_str());
+    else if (a == "-h" || a == "--help") {
+      usage(argv[0]);
+      return 0;
+    } else {
+      std::fprintf(stderr, "gpu_test_ops: unknown argument %s\n", a.c_str());
+      usage(argv[0]);
+      return 2;
+    }
+  }
+  if (g_long_batch < 1 || g_long_len < 1) {
+    std::fprintf(stderr, "gpu_test_ops: --long-batch and --long-len must be positive\n");
+    return 2;
+  }
+  for (const std::string& o : ops)
+    if (!listed({"fwht", "prefill", "append", "decode", "long", "real", "api"}, o)) {
+      std::fprintf(stderr, "gpu_test_ops: unknown op %s (see --help)\n", o.c_str());
+      return 2;
+    }
+  for (const std::string& f : fmts)
+    if (!listed({"cov", "omni", "bf16", "-"}, f)) {
+      std::fprintf(stderr, "gpu_test_ops: unknown format %s (see --help)\n", f.c_str());
+      return 2;
+    }
+  const bool long_named = std::find(ops.begin(), ops.end(), "long") != ops.end();
+  std::vector<Case> sel;
+  for (const Case& c : build_table()) {
+    if (!listed(ops, op_name(c.op)) || !listed(fmts, fmt_name(c.fmt)) || !listed(bits, std::to_string(c.bits))) continue;
+    if (c.shape.slow && !slow && !long_named) continue;
+    if (!shapes.empty() &&
+        std::none_of(shapes.begin(), shapes.end(), [&](const std::string& x) { return c.shape.name.find(x) != std::string::npos; }))
+      continue;
+    sel.push_back(c);
+  }
+  if (list) {
+    for (const Case& c : sel) std::printf("%s%s\n", c.name().c_str(), c.shape.slow ? "  [slow]" : "");
+    std::printf("%zu case(s)\n", sel.size());
+    return 0;
+  }
+  if (sel.empty()) {
+    std::fprintf(stderr, "gpu_test_ops: no case matches the selection (see --list)\n");
+    return 2;
+  }
+  if (oscar_device_count() == 0) {
+    std::printf("SKIPPED: no CUDA device visible; run the GPU tests on a GPU machine (ctest -L gpu)\n");
+    return 77;
+  }
+  int passed = 0, failed = 0, skipped = 0;
+  for (const Case& c : sel) {
+    Ctx ctx;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      run_case(ctx, c);
+    } catch (const std::exception& e) {
+      ctx.fail("exception: %s", e.what());
+    }
+    ctx.cuda(cudaDeviceSynchronize(), "end of case");
+    ctx.cuda(cudaGetLastError(), "sticky CUDA error after the case");
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const char* tag = ctx.failures ? "FAIL" : ctx.skipped ? "SKIP" : "ok  ";
+    const std::string what = ctx.failures ? std::to_string(ctx.failures) + " failure(s)" + (ctx.info.empty() ? "" : "; " + ctx.info) : ctx.info;
+    std::printf("%s %s: %s (%.1f s)\n%s", tag, c.name().c_str(), what.c_str(), sec, ctx.log.c_str());
+    std::fflush(stdout);
+    (ctx.failures ? failed : ctx.skipped ? skipped : passed) += 1;
+  }
+  std::printf("%s: %d passed, %d failed, %d skipped\n", failed ? "FAILED" : passed ? "PASSED" : "SKIPPED", passed, failed, skipped);
+  return failed ? 1 : passed ? 0 : 77;
+}

@@ -1,0 +1,86 @@
+// attention_twin.h: the CPU twin of the decode-attention kernels (oscar_cov_decode, oscar_omni_decode,
+// oscar_bf16_decode): one bf16 query per (sequence, query head), softmax(scale * q K^T) V in float64 over
+// the cache as stored (the twins' dequantized rows, or the bf16 rows for the baseline), GQA head
+// hq -> KV head hq / (Hq / Hkv); and the relative L2 error the GPU tests bound.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "oscar/float_formats.h"
+#include "twins/cache_image.h"
+
+namespace attn_twin {
+
+// o[0..D) = softmax(scale * q K^T) V over the first L rows of K, V ([L][D]); o = 0 when L == 0.
+inline void attention(const double* q, const std::vector<double>& K, const std::vector<double>& V, int64_t L, int D, double scale,
+                      double* o) {
+  std::vector<double> s(static_cast<size_t>(L));
+  double m = -INFINITY;
+  for (int64_t t = 0; t < L; ++t) {
+    double d = 0;
+    for (int c = 0; c < D; ++c) d += q[c] * K[size_t(t) * D + c];
+    s[size_t(t)] = d * scale;
+    m = std::max(m, s[size_t(t)]);
+  }
+  double l = 0;
+  for (int c = 0; c < D; ++c) o[c] = 0;
+  for (int64_t t = 0; t < L; ++t) {
+    const double p = std::exp(s[size_t(t)] - m);
+    l += p;
+    for (int c = 0; c < D; ++c) o[c] += p * V[size_t(t) * D + c];
+  }
+  for (int c = 0; c < D; ++c) o[c] = L ? o[c] / l : 0.0;
+}
+
+// The same with a bf16 query (raw bits).
+inline void attention_bf16q(const uint16_t* q, const std::vector<double>& K, const std::vector<double>& V, int64_t L, int D, double scale,
+                            double* o) {
+  std::vector<double> qd(D);
+  for (int c = 0; c < D; ++c) qd[c] = oscar::bf16_bits_to_float(q[c]);
+  attention(qd.data(), K, V, L, D, scale, o);
+}
+
+// ||got - ref|| / ||ref|| (absolute when ref = 0); infinity when got holds a non-finite value.
+inline double rel_err(const float* got, const double* ref, int D) {
+  double num = 0, den = 0;
+  for (int c = 0; c < D; ++c) {
+    if (!std::isfinite(got[c])) return INFINITY;
+    num += (got[c] - ref[c]) * (got[c] - ref[c]);
+    den += ref[c] * ref[c];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// The bf16 baseline's cache: rows [0, L) of (b, h) of the kernel's input, in double.
+inline void bf16_head(const twins::Bf16Rows& k, const twins::Bf16Rows& v, int b, int h, int64_t L, std::vector<double>& K,
+                      std::vector<double>& V) {
+  K.resize(size_t(L) * k.D);
+  V.resize(K.size());
+  for (int64_t t = 0; t < L; ++t)
+    for (int c = 0; c < k.D; ++c) {
+      K[size_t(t) * k.D + c] = oscar::bf16_bits_to_float(k.at(b, h, t, c));
+      V[size_t(t) * k.D + c] = oscar::bf16_bits_to_float(v.at(b, h, t, c));
+    }
+}
+
+// Decode of sequences `seqs` of a batch: q bf16 [B][Hq][D]; head(b, h, L, K, V) fills the cache rows of
+// KV head h. Returns out [B][Hq][D] in double (zero for sequences not in `seqs`).
+template <class Head>
+std::vector<double> decode(const std::vector<uint16_t>& q, const std::vector<int>& lens, const std::vector<int>& seqs, int Hq, int Hkv,
+                           int D, double scale, Head head) {
+  std::vector<double> out(lens.size() * size_t(Hq) * D, 0.0), K, V;
+  const int G = Hq / Hkv;
+  for (int b : seqs)
+    for (int h = 0; h < Hkv; ++h) {
+      head(b, h, int64_t(lens[size_t(b)]), K, V);
+      for (int g = 0; g < G; ++g) {
+        const size_t o = (size_t(b) * Hq + size_t(h) * G + g) * D;
+        attention_bf16q(&q[o], K, V, lens[size_t(b)], D, scale, &out[o]);
+      }
+    }
+  return out;
+}
+
+}  // namespace attn_twin
