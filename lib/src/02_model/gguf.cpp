@@ -504,7 +504,7 @@ void rows_impl(const GgufTensor& t, int64_t row0, int64_t nrows, Out* dst, Fn&& 
   const int64_t len = t.row_length();
   const uint64_t rb = t.row_bytes();
   const GgmlType type = t.ggml_type();
-#pragma omp parallel for schedule(static) if (nrows * len >= (int64_t{1} << 16) && nrows > 1)
+#pragma omp parallel for schedule(static) if (nrows * len >= (int64_t{1} << 18) && nrows > 1)
   for (int64_t r = 0; r < nrows; ++r) convert(type, t.data + static_cast<uint64_t>(row0 + r) * rb, dst + r * len, len);
 }
 

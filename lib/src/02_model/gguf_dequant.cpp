@@ -61,59 +61,54 @@ constexpr int QK = 32;    // values per block of the Q*_0 / Q*_1 types
 constexpr int QKK = 256;  // values per K-quant super-block
 
 // Q8_0: fp16 d, 32 int8.
-inline void block_q8_0(const uint8_t* b, float* y) {
+inline void block_q8_0(const uint8_t* __restrict b, float* __restrict y) {
   const float d = load_half(b);
   const int8_t* q = reinterpret_cast<const int8_t*>(b + 2);
   for (int j = 0; j < QK; ++j) y[j] = static_cast<float>(q[j]) * d;
 }
 
 // Q4_0: fp16 d, 16 bytes: value j in the low nibble of byte j, value j+16 in its high nibble; offset 8.
-inline void block_q4_0(const uint8_t* b, float* y) {
+// (Loops run over one half at a time, with a loop-invariant shift, so that they vectorise.)
+inline void block_q4_0(const uint8_t* __restrict b, float* __restrict y) {
   const float d = load_half(b);
   const uint8_t* qs = b + 2;
-  for (int j = 0; j < QK / 2; ++j) {
-    y[j] = d * static_cast<float>(static_cast<int>(qs[j] & 0x0F) - 8);
-    y[j + QK / 2] = d * static_cast<float>(static_cast<int>(qs[j] >> 4) - 8);
-  }
+  for (int k = 0; k < 2; ++k)
+    for (int j = 0; j < QK / 2; ++j) y[16 * k + j] = d * static_cast<float>(((qs[j] >> (4 * k)) & 0x0F) - 8);
 }
 
 // Q4_1: fp16 d, fp16 m, 16 bytes of nibbles as Q4_0; value d*q + m.
-inline void block_q4_1(const uint8_t* b, float* y) {
+inline void block_q4_1(const uint8_t* __restrict b, float* __restrict y) {
   const float d = load_half(b), m = load_half(b + 2);
   const uint8_t* qs = b + 4;
-  for (int j = 0; j < QK / 2; ++j) {
-    y[j] = d * static_cast<float>(qs[j] & 0x0F) + m;
-    y[j + QK / 2] = d * static_cast<float>(qs[j] >> 4) + m;
-  }
+  for (int k = 0; k < 2; ++k)
+    for (int j = 0; j < QK / 2; ++j) y[16 * k + j] = d * static_cast<float>((qs[j] >> (4 * k)) & 0x0F) + m;
 }
 
 // Q5_0: fp16 d, 32-bit little-endian high-bit mask (bit j = fifth bit of value j), 16 bytes of nibbles
 // as Q4_0; offset 16.
-inline void block_q5_0(const uint8_t* b, float* y) {
+inline void block_q5_0(const uint8_t* __restrict b, float* __restrict y) {
   const float d = load_half(b);
   uint32_t qh;
   std::memcpy(&qh, b + 2, 4);
   const uint8_t* qs = b + 6;
-  for (int j = 0; j < QK / 2; ++j) {
-    const int lo = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
-    const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + QK / 2)) & 1u) << 4);
-    y[j] = d * static_cast<float>(lo - 16);
-    y[j + QK / 2] = d * static_cast<float>(hi - 16);
-  }
+  for (int k = 0; k < 2; ++k)
+    for (int j = 0; j < QK / 2; ++j) {
+      const uint32_t q = ((qs[j] >> (4 * k)) & 0x0Fu) | (((qh >> (16 * k + j)) & 1u) << 4);
+      y[16 * k + j] = d * static_cast<float>(static_cast<int>(q) - 16);
+    }
 }
 
 // Q5_1: fp16 d, fp16 m, then as Q5_0 without the offset; value d*q + m.
-inline void block_q5_1(const uint8_t* b, float* y) {
+inline void block_q5_1(const uint8_t* __restrict b, float* __restrict y) {
   const float d = load_half(b), m = load_half(b + 2);
   uint32_t qh;
   std::memcpy(&qh, b + 4, 4);
   const uint8_t* qs = b + 8;
-  for (int j = 0; j < QK / 2; ++j) {
-    const int lo = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
-    const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + QK / 2)) & 1u) << 4);
-    y[j] = d * static_cast<float>(lo) + m;
-    y[j + QK / 2] = d * static_cast<float>(hi) + m;
-  }
+  for (int k = 0; k < 2; ++k)
+    for (int j = 0; j < QK / 2; ++j) {
+      const uint32_t q = ((qs[j] >> (4 * k)) & 0x0Fu) | (((qh >> (16 * k + j)) & 1u) << 4);
+      y[16 * k + j] = d * static_cast<float>(q) + m;
+    }
 }
 
 // The 12 bytes of 6-bit scales and mins of Q4_K/Q5_K for their 8 sub-blocks of 32: sub-blocks 0-3 keep
@@ -130,7 +125,7 @@ inline void unpack_k_scales(const uint8_t* s, uint8_t sc[8], uint8_t mn[8]) {
 
 // Q4_K: fp16 d, fp16 dmin, 12 bytes of scales, 128 bytes: 4 chunks of 32 bytes, chunk c holding
 // sub-block 2c in its low nibbles and 2c+1 in its high nibbles.
-inline void block_q4_k(const uint8_t* b, float* y) {
+inline void block_q4_k(const uint8_t* __restrict b, float* __restrict y) {
   const float d = load_half(b), dmin = load_half(b + 2);
   uint8_t sc[8], mn[8];
   unpack_k_scales(b + 4, sc, mn);
@@ -149,7 +144,7 @@ inline void block_q4_k(const uint8_t* b, float* y) {
 
 // Q5_K: fp16 d, fp16 dmin, 12 bytes of scales, 32 bytes of high bits (bit i of byte l = fifth bit of
 // value l of sub-block i), then the nibbles as Q4_K.
-inline void block_q5_k(const uint8_t* b, float* y) {
+inline void block_q5_k(const uint8_t* __restrict b, float* __restrict y) {
   const float d = load_half(b), dmin = load_half(b + 2);
   uint8_t sc[8], mn[8];
   unpack_k_scales(b + 4, sc, mn);
@@ -173,27 +168,27 @@ inline void block_q5_k(const uint8_t* b, float* y) {
 // Q6_K: 128 bytes of low nibbles, 64 bytes of 2-bit high parts, 16 int8 scales (one per 16 values),
 // fp16 d. Each half of 128 values uses 64 low-nibble bytes and 32 high bytes: value r (0..127) of the
 // half takes nibble r/64 of low byte r%64 and bit pair r/32 of high byte r%32; offset 32.
-inline void block_q6_k(const uint8_t* b, float* y) {
+inline void block_q6_k(const uint8_t* __restrict b, float* __restrict y) {
   const uint8_t* ql = b;
   const uint8_t* qh = b + 128;
   const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
   const float d = load_half(b + 208);
   for (int h = 0; h < 2; ++h) {
-    const uint8_t* l4 = ql + 64 * h;
-    const uint8_t* h2 = qh + 32 * h;
-    float* yh = y + 128 * h;
-    float ds[8];
-    for (int k = 0; k < 8; ++k) ds[k] = d * static_cast<float>(sc[8 * h + k]);
-    for (int l = 0; l < 32; ++l) {
-      const int is = l / 16;
-      const int q1 = ((l4[l] & 0x0F) | (((h2[l] >> 0) & 3) << 4)) - 32;
-      const int q2 = ((l4[l + 32] & 0x0F) | (((h2[l] >> 2) & 3) << 4)) - 32;
-      const int q3 = ((l4[l] >> 4) | (((h2[l] >> 4) & 3) << 4)) - 32;
-      const int q4 = ((l4[l + 32] >> 4) | (((h2[l] >> 6) & 3) << 4)) - 32;
-      yh[l] = ds[is] * static_cast<float>(q1);
-      yh[l + 32] = ds[is + 2] * static_cast<float>(q2);
-      yh[l + 64] = ds[is + 4] * static_cast<float>(q3);
-      yh[l + 96] = ds[is + 6] * static_cast<float>(q4);
+    // Quarter g (32 values) of this half: low nibbles (g = 0, 1) or high nibbles (g = 2, 3) of low
+    // bytes 32*(g&1) .., bit pair g of high bytes 0..31; each run of 16 values shares one scale.
+    for (int g = 0; g < 4; ++g) {
+      const uint8_t* lo = ql + 64 * h + 32 * (g & 1);
+      const uint8_t* hi = qh + 32 * h;
+      const int lshift = 4 * (g >> 1), hshift = 2 * g;
+      for (int k = 0; k < 2; ++k) {
+        const float ds = d * static_cast<float>(sc[8 * h + 2 * g + k]);
+        float* yo = y + 128 * h + 32 * g + 16 * k;
+        for (int l = 0; l < 16; ++l) {
+          const int i = 16 * k + l;
+          const int q = ((lo[i] >> lshift) & 0x0F) | (((hi[i] >> hshift) & 3) << 4);
+          yo[l] = ds * static_cast<float>(q - 32);
+        }
+      }
     }
   }
 }
@@ -205,20 +200,6 @@ inline void blocks(const uint8_t* src, float* dst, int64_t n, F&& f) {
 }
 
 }  // namespace
-
-float fp16_to_fp32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t em = h & 0x7FFFu;  // exponent and mantissa
-  uint32_t bits;
-  if (em >= 0x7C00u) {  // infinity or NaN: all-ones exponent, mantissa moved up (payload kept)
-    bits = sign | 0x7F800000u | ((em & 0x03FFu) << 13);
-  } else if (em >= 0x0400u) {  // normal: rebias the exponent from 15 to 127
-    bits = sign | ((em << 13) + (112u << 23));
-  } else {  // zero or subnormal: em * 2^-24, exact in float32
-    bits = sign | std::bit_cast<uint32_t>(static_cast<float>(em) * 0x1p-24f);
-  }
-  return std::bit_cast<float>(bits);
-}
 
 uint16_t fp32_to_bf16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);

@@ -2,6 +2,7 @@
 // float32 or bfloat16. Dequantizes F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K
 // bit-exactly as ggml's reference (and gguf-py) does; every other type is refused by name and number.
 #pragma once
+#include <bit>
 #include <cstdint>
 #include <string>
 
@@ -43,7 +44,16 @@ void dequantize_bf16(GgmlType type, const void* src, uint16_t* dst, int64_t n);
 
 // IEEE half and bfloat16 bit patterns to float32 (exact), and float32 to bfloat16 (round to nearest
 // even; NaN stays NaN).
-float fp16_to_fp32(uint16_t h);
+inline float fp16_to_fp32(uint16_t h) {
+  // Branch-free (the F16 row loop vectorises): all three cases computed, one selected.
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t em = h & 0x7FFFu;                             // exponent and mantissa
+  const uint32_t normal = (em << 13) + (112u << 23);           // rebias the exponent from 15 to 127
+  const uint32_t inf_nan = (em << 13) + (224u << 23);          // exponent 31 -> 255, payload kept
+  const uint32_t subnormal = std::bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(em)) * 0x1p-24f);  // exact
+  const uint32_t mag = em >= 0x7C00u ? inf_nan : (em >= 0x0400u ? normal : subnormal);
+  return std::bit_cast<float>(sign | mag);
+}
 inline float bf16_to_fp32(uint16_t b) {
   const uint32_t bits = static_cast<uint32_t>(b) << 16;
   float f;
