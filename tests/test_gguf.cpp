@@ -313,7 +313,7 @@ TEST_CASE("gguf: header, alignment and metadata accessors", "[gguf][metadata]") 
   CHECK_THROWS_WITH(f.get_bool("test.arr.bool"), Contains("expected a bool"));
   CHECK_THROWS_WITH(f.get_string_array("test.arr.nested"), Contains("array of array"));
   CHECK_THROWS_WITH(f.tensor("output.weight"), Contains(fixture()) && Contains("tensor 'output.weight' is missing"));
-  CHECK_THROWS_WITH(dequantize_rows(f.tensor("dq.Q4_K"), 2, 2, nullptr), Contains("rows 2..4 requested, it has 3 rows"));
+  CHECK_THROWS_WITH(dequantize_rows(f.tensor("dq.Q4_K"), 2, 2, nullptr), Contains(fixture()) && Contains("rows 2..4 requested, it has 3 rows"));
 }
 
 TEST_CASE("gguf: read_model_config", "[gguf][config]") {
@@ -337,10 +337,13 @@ TEST_CASE("gguf: read_model_config", "[gguf][config]") {
     CHECK(c.tied_output);
     CHECK_FALSE(c.qk_norm);
     CHECK(c.tokenizer_model == "gpt2");
+    CHECK(c.rope_scaling.empty());
+    CHECK_FALSE(c.rope_freq_factors);
   }
   SECTION("qwen3: key_length, qk-norm, untied output, half-split RoPE") {
     Builder b = toy("qwen3");
-    b.u32("qwen3.attention.key_length", 8);
+    b.u32("qwen3.attention.key_length", 8).str("qwen3.rope.scaling.type", "yarn").f32("qwen3.rope.scaling.factor", 4.0f);
+    b.f32_tensor("rope_freqs.weight", {4});
     b.f32_tensor("blk.0.attn_q_norm.weight", {8}).f32_tensor("output.weight", {16, 5});
     const GgufFile f = GgufFile::open(write_scratch("qwen3.gguf", b.bytes()));
     CHECK(f.alignment() == 32);
@@ -355,6 +358,9 @@ TEST_CASE("gguf: read_model_config", "[gguf][config]") {
     CHECK_FALSE(c.tied_output);
     CHECK(c.vocab_size == 5);
     CHECK(c.context_length == 4096);
+    CHECK(c.rope_scaling == "yarn");
+    CHECK(c.rope_scaling_factor == 4.0);
+    CHECK(c.rope_freq_factors);
   }
   SECTION("qwen2: q/k/v biases, head_dim from the width") {
     Builder b = toy("qwen2");
@@ -409,7 +415,8 @@ TEST_CASE("gguf: read_model_config", "[gguf][config]") {
     CHECK_THROWS_WITH(read_model_config(f), Contains(p) && Contains("'blk.0.attn_q.weight' is stored as Q2_K (ggml type 10)") &&
                                                 Contains("supported types: F32, F16, BF16, Q8_0"));
     std::vector<float> out(512);
-    CHECK_THROWS_WITH(dequantize_rows(f.tensor("blk.0.attn_q.weight"), 0, 1, out.data()), Contains("Q2_K"));
+    CHECK_THROWS_WITH(dequantize_rows(f.tensor("blk.0.attn_q.weight"), 0, 1, out.data()),
+                      Contains(p) && Contains("'blk.0.attn_q.weight' is stored as Q2_K"));
   }
 }
 

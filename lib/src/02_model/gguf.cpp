@@ -308,6 +308,7 @@ GgufFile GgufFile::open(const std::string& path) {
   f.tensors.reserve(n_tensors);
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensor t;
+    t.file = path;
     t.name = std::string(c.string("the name of tensor " + std::to_string(i)));
     const std::string what = "tensor '" + t.name + "'";
     const uint32_t nd = c.get<uint32_t>("the dimension count of " + what);
@@ -496,11 +497,12 @@ namespace {
 template <class Out, class Fn>
 void rows_impl(const GgufTensor& t, int64_t row0, int64_t nrows, Out* dst, Fn&& convert) {
   if (!ggml_type_dequantizable(t.type))
-    fail("tensor '{}' is stored as {} (ggml type {}), which oscar-kv cannot dequantize; supported types: {}", t.name,
-         t.type_name(), t.type, ggml_dequantizable_types());
+    fail("{}: tensor '{}' is stored as {} (ggml type {}), which oscar-kv cannot dequantize; supported types: {}; use a "
+         "file quantized to one of them",
+         t.file, t.name, t.type_name(), t.type, ggml_dequantizable_types());
   if (row0 < 0 || nrows < 0 || row0 > t.n_rows() || nrows > t.n_rows() - row0)
-    fail("tensor '{}' ({}): rows {}..{} requested, it has {} rows", t.name, t.shape_string(), row0, row0 + nrows,
-         t.n_rows());
+    fail("{}: tensor '{}' ({}): rows {}..{} requested, it has {} rows", t.file, t.name, t.shape_string(), row0,
+         row0 + nrows, t.n_rows());
   const int64_t len = t.row_length();
   const uint64_t rb = t.row_bytes();
   const GgmlType type = t.ggml_type();
@@ -566,6 +568,12 @@ GgufModelConfig read_model_config(const GgufFile& f) {
   if (!(c.rope_base > 1.0))
     fail("{}: '{}rope.freq_base' = {} must exceed 1; the file's metadata is malformed", path, a, c.rope_base);
   c.rope_convention = c.architecture == "llama" ? "adjacent-pairs" : "half-split";
+  if (f.has(a + "rope.scaling.type")) {
+    c.rope_scaling = f.get_string(a + "rope.scaling.type");
+    if (c.rope_scaling == "none") c.rope_scaling.clear();
+  }
+  if (f.has(a + "rope.scaling.factor")) c.rope_scaling_factor = f.get_f64(a + "rope.scaling.factor");
+  c.rope_freq_factors = f.has_tensor("rope_freqs.weight");
   c.rms_eps = f.get_f64(a + "attention.layer_norm_rms_epsilon");
   if (!(c.rms_eps > 0 && c.rms_eps < 1))
     fail("{}: '{}attention.layer_norm_rms_epsilon' = {} is not a small positive number; the file's metadata is "

@@ -38,11 +38,17 @@ constexpr TypeInfo kTypes[] = {
     {35, "TQ2_0", 256, 66, false},  {39, "MXFP4", 32, 17, false},
 };
 
-const TypeInfo* find_type(uint32_t id) {
-  for (const auto& t : kTypes)
-    if (t.id == id) return &t;
-  return nullptr;
-}
+// kTypes indexed by type id (O(1) look-up: dequantize() is called once per row).
+constexpr uint32_t kMaxId = 40;
+struct ById {
+  const TypeInfo* at[kMaxId] = {};
+  constexpr ById() {
+    for (const auto& t : kTypes) at[t.id] = &t;
+  }
+};
+constexpr ById kById{};
+
+const TypeInfo* find_type(uint32_t id) { return id < kMaxId ? kById.at[id] : nullptr; }
 
 const TypeInfo& known_type(uint32_t id) {
   const TypeInfo* t = find_type(id);
@@ -238,7 +244,7 @@ void dequantize(GgmlType type, const void* src_v, float* dst, int64_t n) {
   if (!t || !t->dequantizable)
     fail("ggml tensor type {} ({}) cannot be dequantized by oscar-kv; supported types: {}", t ? t->name : "unknown", id,
          ggml_dequantizable_types());
-  ggml_row_bytes(id, n);  // checks whole blocks
+  if (n < 0 || n % t->block_size != 0) ggml_row_bytes(id, n);  // throws: not whole blocks
   const auto* src = static_cast<const uint8_t*>(src_v);
   switch (type) {
     case GgmlType::F32:

@@ -24,6 +24,7 @@ const char* gguf_value_type_name(GgufValueType t);  // "uint32", "array", ...
 // One tensor of the file. `dims` is ggml's order: dims[0] is the row length (the fastest-varying
 // index), the product of the others the number of rows; a [out, in] weight matrix has dims {in, out}.
 struct GgufTensor {
+  std::string file;            // path of the GGUF, for messages
   std::string name;
   uint32_t type = 0;           // ggml type id (GgmlType), possibly one dequantize() refuses
   std::vector<int64_t> dims;   // 1 to 4 entries
@@ -116,6 +117,9 @@ struct GgufModelConfig {
   int head_dim = 0;          // {arch}.attention.key_length, or dim / n_heads
   int rope_dims = 0;         // {arch}.rope.dimension_count, or head_dim
   double rope_base = 10000;  // {arch}.rope.freq_base
+  std::string rope_scaling;  // {arch}.rope.scaling.type ("linear", "yarn", ...); empty when absent or "none"
+  double rope_scaling_factor = 1;  // {arch}.rope.scaling.factor
+  bool rope_freq_factors = false;  // rope_freqs.weight present (per-dimension divisors, Llama 3.1 style)
   // llama.cpp's RoPE for the architecture: "adjacent-pairs" (llama: rotates channels 2i, 2i+1) or
   // "half-split" (qwen2, qwen3: i and i + rope_dims/2), the dump format's names.
   std::string rope_convention;

@@ -1,6 +1,7 @@
 // gguf_dequant.h: ggml tensor types (ids, block sizes, bytes per row) and dequantization of rows to
 // float32 or bfloat16. Dequantizes F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K
-// bit-exactly as ggml's reference (and gguf-py) does; every other type is refused by name and number.
+// bit-exactly as gguf-py does (tested), by ggml's reference operations in their order; every other
+// type is refused by name and number.
 #pragma once
 #include <bit>
 #include <cstdint>
