@@ -187,6 +187,34 @@ TEST_CASE("pre-tokenizer pieces cover the text", "[bpe_tokenizer][gpt2]") {
                                         "2", " \xe6\x97\xa5\xe6\x9c\xac", " ", " x", "\n"});
 }
 
+// Expected pieces from Hugging Face tokenizers 0.23.3 (Split with the tokenizer.json regex, isolated, then
+// ByteLevel without regex; gpt2: ByteLevel's own regex). The same comparison over the whole KJV gave no
+// difference for any of the four names.
+TEST_CASE("pre-tokenizers split like Hugging Face tokenizers", "[bpe_tokenizer][gpt2]") {
+  using S = std::vector<std::string>;
+  const auto pieces = [](const char* pre, const std::string& text) {
+    std::vector<std::string_view> v;
+    oscar::BpePretokenizer(pre, "test").split(text, v);
+    return S(v.begin(), v.end());
+  };
+  const std::string a = "I'm sure they've said 'DON'T' \u2014 it's 3.14159 or 2,048,000.\n\n\tTabs\r\nand CRLF  ";
+  const std::string b = "(hello) [world]... 12345678 \u00e9t\u00e9\n\n\n  x";
+  CHECK(pieces("llama-bpe", a) == S{"I", "'m", " sure", " they", "'ve", " said", " '", "DON", "'T", "'", " \u2014", " it",
+                                    "'s", " ", "3", ".", "141", "59", " or", " ", "2", ",", "048", ",", "000", ".\n\n",
+                                    "\tTabs", "\r\n", "and", " CRLF", "  "});
+  CHECK(pieces("llama-bpe", b) ==
+        S{"(hello", ")", " [", "world", "]...", " ", "123", "456", "78", " \u00e9t\u00e9", "\n\n\n", " ", " x"});
+  CHECK(pieces("qwen2", a) == S{"I", "'m", " sure", " they", "'ve", " said", " '", "DON", "'T", "'", " \u2014", " it",
+                                "'s", " ", "3", ".", "1", "4", "1", "5", "9", " or", " ", "2", ",", "0", "4", "8", ",",
+                                "0", "0", "0", ".\n\n", "\tTabs", "\r\n", "and", " CRLF", "  "});
+  CHECK(pieces("qwen2", b) == S{"(hello", ")", " [", "world", "]...", " ", "1", "2", "3", "4", "5", "6", "7", "8",
+                                " \u00e9t\u00e9", "\n\n\n", " ", " x"});
+  CHECK(pieces("gpt2", a) == S{"I", "'m", " sure", " they", "'ve", " said", " '", "DON", "'", "T", "'", " \u2014", " it",
+                               "'s", " 3", ".", "14159", " or", " 2", ",", "048", ",", "000", ".", "\n\n", "\t", "Tabs",
+                               "\r", "\n", "and", " CRLF", "  "});
+  CHECK(pieces("gpt2", b) == S{"(", "hello", ")", " [", "world", "]...", " 12345678", " \u00e9t\u00e9", "\n\n\n ", " x"});
+}
+
 TEST_CASE("defaults follow llama.cpp for missing keys", "[bpe_tokenizer]") {
   const VocabSpec l = oscar::vocab_spec_defaults("llama", "");
   CHECK((l.bos == 1 && l.eos == 2 && l.unk == 0 && l.add_bos && !l.add_eos && l.add_space_prefix));
