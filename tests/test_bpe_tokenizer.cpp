@@ -178,6 +178,27 @@ TEST_CASE("gpt2 BPE: Unicode letters, CJK and emoji are bytes in the GPT-2 alpha
     CHECK(t.decode(t.encode(x)) == x);
 }
 
+TEST_CASE("parse_special turns special tokens' texts into their ids, leftmost-longest", "[bpe_tokenizer]") {
+  VocabSpec s = tiny_gpt2("gpt2");
+  s.tokens.push_back("<|x|>");   // 273, control
+  s.tokens.push_back("<|x|>y");  // 274, user-defined
+  s.token_types.assign(s.tokens.size(), oscar::kTokNormal);
+  s.token_types[273] = oscar::kTokControl;
+  s.token_types[274] = oscar::kTokUserDefined;
+  const BpeTokenizer t(s);
+  CHECK(t.encode("a<|x|>yb<|x|>", true) == V{97, 274, 98, 273});
+  // As plain text: a | <| | x | |> | yb | <| | x | |>
+  CHECK(t.encode("a<|x|>yb<|x|>") == V{97, 60, 124, 120, 124, 62, 121, 98, 60, 124, 120, 124, 62});
+  CHECK(t.decode({97, 274, 98, 273}) == "a<|x|>yb<|x|>");
+  // llama: "<s>" is the control token 1 and each plain stretch gets its own space prefix.
+  const BpeTokenizer& spm = stories_spm();
+  V want{1, 1};
+  for (int id : spm.encode_text("Once upon")) want.push_back(id);
+  want.push_back(2);
+  for (int id : spm.encode_text("a time")) want.push_back(id);
+  CHECK(spm.encode("<s>Once upon</s>a time", true) == want);
+}
+
 TEST_CASE("pre-tokenizer pieces cover the text", "[bpe_tokenizer][gpt2]") {
   const oscar::BpePretokenizer p("smollm", "test");
   std::vector<std::string_view> out;

@@ -148,6 +148,14 @@ TEST_CASE("SmolLM2 ids agree with Hugging Face tokenizers on mixed text", "[bpe_
     CHECK(t.decode(ids) == text);
   }
   CHECK(t.piece(1) == "<|im_start|>");
+  // Parsed, the chat markers are the control tokens 1 and 2 (Hugging Face with ids 0..16 as added
+  // special tokens gives the same).
+  CHECK(t.encode("<|im_start|>user\nHi<|im_end|>", true) == V{1, 4093, 198, 26843, 2});
+  CHECK(t.encode("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+                 "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+                 true) == V{1,    9690, 198,   2683, 359,  253, 5356, 5646, 11173, 3365, 3511, 308, 34519,
+                            28,   7018, 411,   407,  19712, 8182, 2,   198,  1,     4093, 198,  1780, 314,
+                            216,  34,   27,    34,   47,   2,   198,  1,    520,   9531, 198});
 }
 
 TEST_CASE("SmolLM2 encodes the whole KJV like Hugging Face tokenizers, in seconds", "[bpe_tokenizer][smollm2]") {

@@ -178,6 +178,14 @@ BpeTokenizer::BpeTokenizer(VocabSpec spec, std::string source) : spec_(std::move
 
   index_.reserve(n * 2);
   for (size_t i = 0; i < n; ++i) index_.emplace(std::string_view(spec_.tokens[i]), static_cast<int>(i));
+  special_by_byte_.resize(256);
+  for (size_t i = 0; i < n; ++i) {
+    const int t = type_of(static_cast<int>(i));
+    if ((t == kTokControl || t == kTokUserDefined || t == kTokUnknown) && !spec_.tokens[i].empty())
+      special_by_byte_[static_cast<unsigned char>(spec_.tokens[i][0])].push_back(static_cast<int>(i));
+  }
+  for (auto& v : special_by_byte_)
+    std::stable_sort(v.begin(), v.end(), [&](int a, int b) { return spec_.tokens[a].size() > spec_.tokens[b].size(); });
 
   if (gpt2_) {
     if (spec_.merges.empty())
@@ -220,21 +228,42 @@ int BpeTokenizer::find(std::string_view token_text) const {
   return it == index_.end() ? -1 : it->second;
 }
 
-std::vector<int> BpeTokenizer::encode(std::string_view text) const {
+std::vector<int> BpeTokenizer::encode(std::string_view text) const { return encode(text, false); }
+
+std::vector<int> BpeTokenizer::encode(std::string_view text, bool parse_special) const {
   std::vector<int> out;
   out.reserve(text.size() / 3 + 4);
   if (spec_.add_bos) out.push_back(spec_.bos);
-  if (gpt2_) encode_gpt2(text, out);
-  else encode_spm(text, out);
+  if (!parse_special) {
+    encode_plain(text, out);
+  } else {
+    size_t from = 0;  // start of the plain stretch not yet encoded
+    for (size_t i = 0; i < text.size(); ++i) {
+      for (int id : special_by_byte_[static_cast<unsigned char>(text[i])]) {
+        const std::string& t = spec_.tokens[id];
+        if (text.compare(i, t.size(), t) != 0) continue;
+        encode_plain(text.substr(from, i - from), out);
+        out.push_back(id);
+        from = i + t.size();
+        i = from - 1;
+        break;
+      }
+    }
+    encode_plain(text.substr(from), out);
+  }
   if (spec_.add_eos) out.push_back(spec_.eos);
   return out;
+}
+
+void BpeTokenizer::encode_plain(std::string_view text, std::vector<int>& out) const {
+  if (gpt2_) encode_gpt2(text, out);
+  else encode_spm(text, out);
 }
 
 std::vector<int> BpeTokenizer::encode_text(std::string_view text) const {
   std::vector<int> out;
   out.reserve(text.size() / 3 + 2);
-  if (gpt2_) encode_gpt2(text, out);
-  else encode_spm(text, out);
+  encode_plain(text, out);
   return out;
 }
 

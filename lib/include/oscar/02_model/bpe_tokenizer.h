@@ -80,6 +80,10 @@ class BpeTokenizer {
   // Token ids of `text`, with BOS first when spec.add_bos and EOS last when spec.add_eos. Special
   // tokens' texts inside `text` are encoded as plain text (not parsed). Thread-safe.
   std::vector<int> encode(std::string_view text) const;
+  // As encode(), but with parse_special the texts of control, user-defined and unknown tokens (such as
+  // "<|im_start|>") inside `text` become those tokens, leftmost-longest first; the text between them is
+  // encoded as usual (llama: each such stretch gets its own space prefix, as llama.cpp does).
+  std::vector<int> encode(std::string_view text, bool parse_special) const;
   // The ids of `text` alone: no BOS/EOS.
   std::vector<int> encode_text(std::string_view text) const;
   // The token's text as bytes: gpt2 pieces mapped back from the byte alphabet, llama <0xNN> as the
@@ -95,6 +99,7 @@ class BpeTokenizer {
   int find(std::string_view token_text) const;
 
  private:
+  void encode_plain(std::string_view text, std::vector<int>& out) const;
   void encode_gpt2(std::string_view text, std::vector<int>& out) const;
   void encode_spm(std::string_view text, std::vector<int>& out) const;
   // Byte-level BPE of one pre-tokenized word (raw bytes), appended to out.
@@ -106,6 +111,7 @@ class BpeTokenizer {
   bool gpt2_ = false;
   bool ignore_merges_ = false;  // llama-bpe: a word that is itself a token is not split
   std::unordered_map<std::string_view, int> index_;  // views into spec_.tokens (first occurrence wins)
+  std::vector<std::vector<int>> special_by_byte_;     // control/user-defined ids by first byte, longest first
   // gpt2
   std::unique_ptr<BpePretokenizer> pre_;
   int byte_token_[256];                                  // id of each byte's alphabet character, -1 if absent
