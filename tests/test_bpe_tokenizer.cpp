@@ -4,6 +4,8 @@
 // that cannot be used.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "oscar/01_core/error.h"
 #include "oscar/02_model/bpe_pretokenizer.h"
 #include "oscar/02_model/bpe_tokenizer.h"
@@ -197,6 +199,23 @@ TEST_CASE("parse_special turns special tokens' texts into their ids, leftmost-lo
   want.push_back(2);
   for (int id : spm.encode_text("a time")) want.push_back(id);
   CHECK(spm.encode("<s>Once upon</s>a time", true) == want);
+}
+
+TEST_CASE("gpt2 BPE: long words, long whitespace runs and invalid UTF-8", "[bpe_tokenizer][gpt2]") {
+  const BpeTokenizer t(tiny_gpt2("llama-bpe"));
+  // One word of a million e's: e e (rank 12) pairs them from the left: 500,000 x "ee".
+  const V ids = t.encode(std::string(1000000, 'e'));
+  CHECK(ids.size() == 500000);
+  CHECK(std::all_of(ids.begin(), ids.end(), [](int id) { return id == 268; }));
+  // A million spaces before a letter: the run minus its last space (999,999: 499,999 ĠĠ and a Ġ), then
+  // Ġx as Ġ x (no such merge).
+  const V sp = t.encode(std::string(1000000, ' ') + "x");
+  REQUIRE(sp.size() == 500002);
+  CHECK((sp[0] == 261 && sp[499998] == 261 && sp[499999] == 32 && sp[500000] == 32 && sp[500001] == 120));
+  // Bytes that are not UTF-8 still encode byte by byte and decode back.
+  std::string junk;
+  for (int i = 0; i < 100000; ++i) junk += static_cast<char>((i * 7919 + 13) & 0xFF);
+  CHECK(t.decode(t.encode(junk)) == junk);
 }
 
 TEST_CASE("pre-tokenizer pieces cover the text", "[bpe_tokenizer][gpt2]") {
