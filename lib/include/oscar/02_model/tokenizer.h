@@ -22,6 +22,9 @@ class Tokenizer {
   std::string display(int token) const;
   int vocab_size() const { return static_cast<int>(vocab_.size()); }
   const std::string& path() const { return path_; }
+  // The entries as stored (spaces as ' ', <0xNN> byte tokens) and their scores (bpe_tokenizer.h converts them).
+  const std::vector<std::string>& vocab() const { return vocab_; }
+  const std::vector<float>& scores() const { return scores_; }
 
   static constexpr int kBos = 1, kEos = 2;
 
