@@ -19,10 +19,12 @@ struct RecipeFile {
 // Applies the fields present in `node` on top of `base` (so a sweep entry can override a preset).
 RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeFile base = {});
 RecipeFile load_recipe_file(const std::string& path);
-// experiments/presets/NAME.yaml (OSCAR_PRESETS_DIR overrides the folder); lists the presets on failure.
+// Preset NAME: experiments/presets/NAME.yaml as embedded at build time, or NAME.yaml in the folder that the
+// environment variable OSCAR_PRESETS_DIR names (which then replaces the built-in set); lists the presets
+// on failure.
 RecipeFile load_preset(const std::string& name);
 std::vector<std::string> preset_names();
-std::string presets_dir();
+std::string presets_dir();  // OSCAR_PRESETS_DIR, or "" for the built-in presets
 
 // The recipe at `bits` (both tensors, unless a tensor is fp16) with group = head_dim resolved; throws
 // Error when the recipe cannot apply to this head_dim (Hadamard on a non-power of two, groups).
