@@ -2,8 +2,8 @@
 """bench_vs_sdpa.py: oscar-kv decode attention (INT2/INT4 oscar-cov, INT2 oscar-omni caches, our BF16 kernel) against
 PyTorch SDPA backends on the same GQA decode shapes, in one process.
 
-Loads build/kernels/liboscar_kernels.so through ctypes (the C API of kernels/include/oscar_kv.h) and
-times, with CUDA events (warm-up, median of repeats, caches rotated so that each repeat reads >= 256 MB,
+Loads liboscar_kernels.so through kernels/python/oscar_kv (ctypes over the C API of kernels/include/oscar_kv.h;
+caches allocated by oscar_cov_cache_create / oscar_omni_cache_create) and times, with CUDA events (warm-up, median of repeats, caches rotated so that each repeat reads >= 256 MB,
 more than the 50 MB L2): torch SDPA (flash, cuDNN, efficient, math; bf16, enable_gqa=True), our BF16
 kernel, our INT2/INT4 kernels, plus the prefill-quantize kernel and a device-to-device copy.
 Usage: python3 experiments/bench_vs_sdpa.py [--lib build/kernels/liboscar_kernels.so] [--batch 1 8 32]
@@ -14,51 +14,17 @@ import ctypes as C
 import json
 import math
 import statistics
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-D, SINK, RECENT = 128, 64, 256
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels" / "python"))
+import oscar_kv  # noqa: E402
 
-
-class KvCache(C.Structure):
-    _fields_ = [("batch", C.c_int32), ("num_kv_heads", C.c_int32), ("head_dim", C.c_int32), ("bits", C.c_int32),
-                ("sink", C.c_int32), ("recent", C.c_int32), ("body_capacity", C.c_int64),
-                ("clip_k", C.c_float), ("clip_v", C.c_float)] + \
-               [(n, C.c_void_p) for n in ("k_sink", "v_sink", "k_recent", "v_recent", "k_codes", "v_codes",
-                                          "k_params", "v_params")]
-
-
-class OmniCache(C.Structure):
-    _fields_ = [("batch", C.c_int32), ("num_kv_heads", C.c_int32), ("head_dim", C.c_int32), ("bits", C.c_int32),
-                ("body_capacity", C.c_int64)] + \
-               [(n, C.c_void_p) for n in ("k_res", "v_res", "k_codes", "v_codes", "k_params", "v_params", "k_norms")]
-
-
-class Err(C.Structure):
-    _fields_ = [("message", C.c_char * 512)]
-
-
-def load(path):
-    lib = C.CDLL(path)
-    vp, i32, i64, f32 = C.c_void_p, C.c_int32, C.c_int64, C.c_float
-    lib.oscar_cov_prefill.argtypes = [C.POINTER(KvCache), vp, vp, vp, i32, vp, C.POINTER(Err)]
-    lib.oscar_cov_decode.argtypes = [C.POINTER(KvCache), vp, i32, vp, i32, f32, vp, vp, C.c_size_t, vp, C.POINTER(Err)]
-    lib.oscar_bf16_decode.argtypes = [vp, vp, i32, i32, i64, i32, vp, i32, vp, i32, f32, vp, vp, C.c_size_t, vp,
-                                      C.POINTER(Err)]
-    lib.oscar_decode_workspace_bytes.argtypes = [i32, i32, i32, i32, i32, i32]
-    lib.oscar_decode_workspace_bytes.restype = C.c_size_t
-    lib.oscar_omni_prefill.argtypes = [C.POINTER(OmniCache), vp, vp, vp, i32, vp, C.POINTER(Err)]
-    lib.oscar_omni_decode.argtypes = [C.POINTER(OmniCache), vp, i32, vp, i32, f32, vp, vp, C.c_size_t, vp, C.POINTER(Err)]
-    for f in (lib.oscar_cov_prefill, lib.oscar_cov_decode, lib.oscar_bf16_decode, lib.oscar_omni_prefill, lib.oscar_omni_decode):
-        f.restype = C.c_int
-    return lib
-
-
-def check(status, err, what):
-    if status != 0:
-        raise RuntimeError(f"{what}: status {status}: {err.message.decode()}")
+D, SINK, RECENT = 128, oscar_kv.COV_SINK, oscar_kv.COV_RECENT
 
 
 def median_us(fn, warmup=5, reps=30):
@@ -85,27 +51,23 @@ def copy_tbps():
     return 2 * n / (us * 1e-6) / 1e12
 
 
-def body_tokens(L):
+def body_tokens(L):  # oscar-cov body tokens of a sequence of L tokens (covfmt::body_tokens)
     return max(0, L - SINK - RECENT)
 
 
-def int_read_bytes(L, bits):  # per (sequence, KV head), K + V
+def int_read_bytes(L, bits):  # per (sequence, KV head), K + V: covfmt::decode_read_bytes
     nb = body_tokens(L)
     return (L - nb) * 4 * D + nb * 2 * (D * bits // 8 + 4)
 
 
-def state_bytes(L, bits):
-    return (SINK + RECENT) * 4 * D + body_tokens(L) * 2 * (D * bits // 8 + 4)
-
-
-def omni_read_bytes(L, bits, hkv):  # per (sequence, KV head): whole-block body + BF16 residual
+def omni_read_bytes(L, bits, hkv):  # per (sequence, KV head): omnifmt::decode_read_bytes (whole-block body + BF16 residual)
     nb = L // 128 * 128
     return (L - nb) * 4 * D + nb * (2 * D * bits / 8 + 4 * D / 32 * 2 + 2 / hkv)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", default="build/kernels/liboscar_kernels.so")
+    ap.add_argument("--lib", default=None, help="liboscar_kernels.so (default: OSCAR_KERNELS_LIB, else build/kernels/ of this checkout)")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--ctx", type=int, nargs="+", default=[4096, 16384, 32768, 65536, 131072])
     ap.add_argument("--q-heads", type=int, default=32)
@@ -113,7 +75,7 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--json", default="")
     args = ap.parse_args()
-    lib = load(args.lib)
+    lib = oscar_kv.load(args.lib)
     hq, hkv = args.q_heads, args.kv_heads
     dev = torch.cuda.get_device_name()
     cp = copy_tbps()
@@ -121,7 +83,6 @@ def main():
     results = []
     backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
                 ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("math", SDPBackend.MATH)]
-    err = Err()
     scale = 1.0 / math.sqrt(D)
     for B in args.batch:
         for L in args.ctx:
@@ -156,9 +117,8 @@ def main():
             ws = torch.empty(ws_bytes // 4 + 4, dtype=torch.float32, device="cuda")
 
             def run16(i):
-                check(lib.oscar_bf16_decode(ks[i % nrot].data_ptr(), vs[i % nrot].data_ptr(), B, hkv, L, D, q.data_ptr(), hq,
-                                            lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(), ws_bytes, None,
-                                            C.byref(err)), err, "oscar_bf16_decode")
+                lib.call("oscar_bf16_decode", ks[i % nrot].data_ptr(), vs[i % nrot].data_ptr(), B, hkv, L, D, q.data_ptr(), hq,
+                         lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(), ws_bytes, None)
             row["ours_bf16_us"] = median_us(run16, 5, args.reps)
             # Correctness spot check of our BF16 kernel against SDPA on this shape.
             ref = F.scaled_dot_product_attention(q, ks[0], vs[0], enable_gqa=True).float().squeeze(2)
@@ -166,62 +126,48 @@ def main():
             torch.cuda.synchronize()
             row["ours_bf16_rel_err_vs_sdpa"] = float((out - ref).norm() / ref.norm())
             for bits in (2, 4):
-                cap = body_tokens(L)
-                bh = B * hkv
-                bufs = []
                 caches = []
-                for r in range(nrot):
-                    t = {n: torch.empty(s, dtype=torch.uint8, device="cuda") for n, s in (
-                        ("k_sink", bh * SINK * D * 2), ("v_sink", bh * SINK * D * 2), ("k_recent", bh * RECENT * D * 2),
-                        ("v_recent", bh * RECENT * D * 2), ("k_codes", max(16, bh * cap * D * bits // 8)),
-                        ("v_codes", max(16, bh * cap * D * bits // 8)), ("k_params", max(16, bh * cap * 4)),
-                        ("v_params", max(16, bh * cap * 4)))}
-                    c = KvCache(B, hkv, D, bits, SINK, RECENT, cap, 0.96, 0.92, *[t[n].data_ptr() for n in (
-                        "k_sink", "v_sink", "k_recent", "v_recent", "k_codes", "v_codes", "k_params", "v_params")])
-                    bufs.append(t)
-                    caches.append(c)
+                try:
+                    for r in range(nrot):
+                        caches.append(lib.cov_cache_create(B, hkv, D, bits, L, SINK, RECENT))
 
-                def pre(i):
-                    r = i % nrot
-                    check(lib.oscar_cov_prefill(C.byref(caches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L, None,
-                                               C.byref(err)), err, "oscar_cov_prefill")
-                pre_us = median_us(pre, nrot, max(nrot, args.reps // 2))
-                pre_bytes = bf16_bytes + sum(x.numel() for x in bufs[0].values())
+                    def pre(i):
+                        r = i % nrot
+                        lib.call("oscar_cov_prefill", C.byref(caches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L,
+                                 None)
+                    pre_us = median_us(pre, nrot, max(nrot, args.reps // 2))
+                    pre_bytes = bf16_bytes + lib.cov_cache_bytes(B, hkv, D, bits, L, SINK, RECENT)
 
-                def dec(i):
-                    check(lib.oscar_cov_decode(C.byref(caches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale,
-                                              out.data_ptr(), ws.data_ptr(), ws_bytes, None, C.byref(err)), err, "oscar_cov_decode")
-                us = median_us(dec, 5, args.reps)
-                dec(0)
-                torch.cuda.synchronize()
+                    def dec(i):
+                        lib.call("oscar_cov_decode", C.byref(caches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale,
+                                 out.data_ptr(), ws.data_ptr(), ws_bytes, None)
+                    us = median_us(dec, 5, args.reps)
+                    dec(0)
+                    torch.cuda.synchronize()
+                finally:
+                    for c in caches:
+                        lib.cov_cache_destroy(c)
                 row[f"int{bits}_rel_err_vs_sdpa_bf16"] = float((out - ref).norm() / ref.norm())
                 row[f"int{bits}_us"] = us
                 row[f"int{bits}_read_bytes"] = B * hkv * int_read_bytes(L, bits)
                 row[f"int{bits}_prefill_us"] = pre_us
                 row[f"int{bits}_prefill_tbps"] = pre_bytes / (pre_us * 1e-6) / 1e12
-                del bufs, caches
-            # oscar-omni INT2 (Hadamard-rotated K/V assumed; the whole context in the body).
-            cap = L // 128 * 128
-            bh = B * hkv
-            obufs, ocaches = [], []
-            for r in range(nrot):
-                t = {n: torch.empty(max(16, s), dtype=torch.uint8, device="cuda") for n, s in (
-                    ("k_res", bh * 128 * D * 2), ("v_res", bh * 128 * D * 2), ("k_codes", bh * cap * D // 4),
-                    ("v_codes", bh * cap * D // 4), ("k_params", bh * cap // 32 * D * 4), ("v_params", bh * cap * 16),
-                    ("k_norms", B * cap * 2))}
-                obufs.append(t)
-                ocaches.append(OmniCache(B, hkv, D, 2, cap, *[t[n].data_ptr() for n in (
-                    "k_res", "v_res", "k_codes", "v_codes", "k_params", "v_params", "k_norms")]))
-            for r in range(nrot):
-                check(lib.oscar_omni_prefill(C.byref(ocaches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L, None,
-                                             C.byref(err)), err, "oscar_omni_prefill")
+            # oscar-omni INT2 (Hadamard-rotated K/V assumed; whole residual blocks in the body).
+            ocaches = []
+            try:
+                for r in range(nrot):
+                    ocaches.append(lib.omni_cache_create(B, hkv, D, 2, L))
+                for r in range(nrot):
+                    lib.call("oscar_omni_prefill", C.byref(ocaches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L, None)
 
-            def odec(i):
-                check(lib.oscar_omni_decode(C.byref(ocaches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale,
-                                            out.data_ptr(), ws.data_ptr(), ws_bytes, None, C.byref(err)), err, "oscar_omni_decode")
-            row["omni2_us"] = median_us(odec, 5, args.reps)
+                def odec(i):
+                    lib.call("oscar_omni_decode", C.byref(ocaches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale,
+                             out.data_ptr(), ws.data_ptr(), ws_bytes, None)
+                row["omni2_us"] = median_us(odec, 5, args.reps)
+            finally:
+                for c in ocaches:
+                    lib.omni_cache_destroy(c)
             row["omni2_read_bytes"] = B * hkv * omni_read_bytes(L, 2, hkv)
-            del obufs, ocaches
             del ks, vs, ws
             torch.cuda.empty_cache()
             results.append(row)
@@ -242,7 +188,7 @@ def main():
         r["int4_speedup_vs_best_sdpa"] = best / r["int4_us"]
         r["int2_speedup_vs_ours_bf16"] = r["ours_bf16_us"] / r["int2_us"]
         r["int2_frac_copy"] = int2_tbps / cp
-        mem_ratio = (131072 * 4 * D) / state_bytes(131072, 2)
+        mem_ratio = (131072 * 4 * D) / lib.cov_cache_bytes(1, 1, D, 2, 131072, SINK, RECENT)
         print(f"| {B} | {L} | {best:.1f} | {best_name} | {r['bf16_bytes'] / (best * 1e-6) / 1e12:.2f} | {r['ours_bf16_us']:.1f} | "
               f"{r['int2_us']:.1f} | {int2_tbps:.2f} | {100 * int2_tbps / cp:.0f}% | {best / r['int2_us']:.2f}x | "
               f"{r['ours_bf16_us'] / r['int2_us']:.2f}x | {r['int4_us']:.1f} | {best / r['int4_us']:.2f}x | "

@@ -9,66 +9,50 @@ spread attention make that error show (the output is ~1/sqrt(n) of the values): 
 (2026-11-23) 3e-3..6e-3 relative; 0.13..0.71 before the PV accumulators were kept centred. Bound 1e-2
 (an indexing or offset fault moves the output by O(1)). Also prints each output's relative error against SDPA's bf16 attention, per entry, to tell a
 kernel fault from a property of the data. Exits 1 on a mismatch.
-Usage: python3 experiments/device/large_shape_check.py --lib LIB [--shapes 8x131072 32x131072]
+Caches come from oscar_cov_cache_create / oscar_omni_cache_create through kernels/python/oscar_kv.
+Usage: python3 experiments/device/large_shape_check.py [--lib LIB] [--shapes 8x131072 32x131072]
 """
 import argparse
 import ctypes as C
-import os
 import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from bench_vs_sdpa import D, SINK, RECENT, Err, KvCache, OmniCache, body_tokens, check, load  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "kernels" / "python"))
+import oscar_kv  # noqa: E402
 
-
-def cov_cache(B, hkv, L, bits, keep):
-    cap = body_tokens(L)
-    bh = B * hkv
-    t = {n: torch.empty(max(16, s), dtype=torch.uint8, device="cuda") for n, s in (
-        ("k_sink", bh * SINK * D * 2), ("v_sink", bh * SINK * D * 2), ("k_recent", bh * RECENT * D * 2),
-        ("v_recent", bh * RECENT * D * 2), ("k_codes", bh * cap * D * bits // 8), ("v_codes", bh * cap * D * bits // 8),
-        ("k_params", bh * cap * 4), ("v_params", bh * cap * 4))}
-    keep.append(t)
-    return KvCache(B, hkv, D, bits, SINK, RECENT, cap, 0.96, 0.92, *[t[n].data_ptr() for n in (
-        "k_sink", "v_sink", "k_recent", "v_recent", "k_codes", "v_codes", "k_params", "v_params")])
-
-
-def omni_cache(B, hkv, L, keep):
-    cap = L // 128 * 128
-    bh = B * hkv
-    t = {n: torch.empty(max(16, s), dtype=torch.uint8, device="cuda") for n, s in (
-        ("k_res", bh * 128 * D * 2), ("v_res", bh * 128 * D * 2), ("k_codes", bh * cap * D // 4),
-        ("v_codes", bh * cap * D // 4), ("k_params", bh * cap // 32 * D * 4), ("v_params", bh * cap * 16),
-        ("k_norms", B * cap * 2))}
-    keep.append(t)
-    return OmniCache(B, hkv, D, 2, cap, *[t[n].data_ptr() for n in (
-        "k_res", "v_res", "k_codes", "v_codes", "k_params", "v_params", "k_norms")])
+D = 128
 
 
 def decode(lib, kind, k, v, q, L, bits):
     B, hkv = k.shape[0], k.shape[1]
     hq = q.shape[1]
-    err = Err()
-    keep = []
     lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
     out = torch.empty(B, hq, D, dtype=torch.float32, device="cuda")
-    ws_bytes = lib.oscar_decode_workspace_bytes(B, hq, hkv, D, L, 1)
+    ws_bytes = lib.decode_workspace_bytes(B, hq, hkv, D, L, 1)
     ws = torch.empty(ws_bytes // 4 + 4, dtype=torch.float32, device="cuda")
     scale = D ** -0.5
     if kind == "cov":
-        c = cov_cache(B, hkv, L, bits, keep)
-        check(lib.oscar_cov_prefill(C.byref(c), k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, None, C.byref(err)), err, "prefill")
-        check(lib.oscar_cov_decode(C.byref(c), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(),
-                                  ws_bytes, None, C.byref(err)), err, "decode")
+        c = lib.cov_cache_create(B, hkv, D, bits, L)
+        try:
+            lib.call("oscar_cov_prefill", C.byref(c), k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, None)
+            lib.call("oscar_cov_decode", C.byref(c), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(),
+                     ws_bytes, None)
+            torch.cuda.synchronize()
+        finally:
+            lib.cov_cache_destroy(c)
     else:
-        c = omni_cache(B, hkv, L, keep)
-        check(lib.oscar_omni_prefill(C.byref(c), k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, None, C.byref(err)), err, "prefill")
-        check(lib.oscar_omni_decode(C.byref(c), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(),
-                                    ws_bytes, None, C.byref(err)), err, "decode")
-    torch.cuda.synchronize()
-    del keep, ws
+        c = lib.omni_cache_create(B, hkv, D, bits, L)
+        try:
+            lib.call("oscar_omni_prefill", C.byref(c), k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, None)
+            lib.call("oscar_omni_decode", C.byref(c), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(),
+                     ws_bytes, None)
+            torch.cuda.synchronize()
+        finally:
+            lib.omni_cache_destroy(c)
+    del ws
     return out
 
 
@@ -78,12 +62,12 @@ def rel(a, b):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True)
+    ap.add_argument("--lib", default=None, help="liboscar_kernels.so (default: OSCAR_KERNELS_LIB, else build/kernels/ of this checkout)")
     ap.add_argument("--shapes", nargs="+", default=["8x131072", "32x131072"])
     ap.add_argument("--q-heads", type=int, default=32)
     ap.add_argument("--kv-heads", type=int, default=8)
     args = ap.parse_args()
-    lib = load(args.lib)
+    lib = oscar_kv.load(args.lib)
     hq, hkv = args.q_heads, args.kv_heads
     bad = 0
     for shape in args.shapes:

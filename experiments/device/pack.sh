@@ -9,6 +9,7 @@ for f in "$build"/apps/oscar-* "$build"/tests/test_* "$build"/tests/gpu_test_*; 
   if [ -x "$f" ] && [ -f "$f" ]; then cp "$f" "$out/bin/"; fi
 done
 cp "$build"/kernels/liboscar_kernels.so* "$out/lib/" 2>/dev/null || true
+mkdir -p "$out/share/oscar-kv" && cp -r "$build/share/oscar-kv/plots" "$out/share/oscar-kv/"  # found from bin/ by the tools
 for f in "$out"/bin/* "$out"/lib/*.so*; do
   ldd "$f" 2>/dev/null | awk '$3 ~ /^\// {print $3}'  || true
 done | sort -u | grep -v -E '/(libc|libm|libresolv|libpthread|libdl|librt)\.so' | while read -r lib; do

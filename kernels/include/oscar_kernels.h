@@ -38,6 +38,14 @@ int oscar_device_count(void);
 oscar_status oscar_fwht_f32(float* data, int64_t rows, int32_t head_dim, int32_t normalize,
                             void* stream, oscar_error* err);
 
+/* The same transform on `rows` contiguous bf16 vectors (raw uint16 bf16 bits), in place: each row is
+ * widened to float32, transformed exactly as oscar_fwht_f32 does (same head_dim range, same normalize
+ * flag), and rounded back to bf16 to nearest, ties to even (NaN stays NaN). Bit-identical to
+ * oscar::fwht_inplace on the widened row followed by oscar::float_to_bf16_bits (oscar/float_formats.h).
+ * `data` must be 16-byte aligned. Asynchronous on `stream`. */
+oscar_status oscar_fwht_bf16(void* data, int64_t rows, int32_t head_dim, int32_t normalize,
+                             void* stream, oscar_error* err);
+
 #ifdef __cplusplus
 }
 #endif

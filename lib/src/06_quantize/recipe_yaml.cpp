@@ -8,6 +8,7 @@
 
 #include "oscar/01_core/error.h"
 #include "oscar/fwht_math.h"
+#include "oscar/06_quantize/embedded_presets.h"
 #include "oscar/06_quantize/quantizer.h"
 
 namespace fs = std::filesystem;
@@ -198,26 +199,53 @@ RecipeFile load_recipe_file(const std::string& path) {
 
 std::string presets_dir() {
   const char* env = std::getenv("OSCAR_PRESETS_DIR");
-  return env ? env : OSCAR_SOURCE_DIR "/experiments/presets";
+  return env && *env ? env : "";
 }
 
 std::vector<std::string> preset_names() {
   std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(presets_dir(), ec))
-    if (e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
+  const std::string dir = presets_dir();
+  if (dir.empty()) {
+    for (int i = 0; i < embedded::kPresetCount; ++i) names.push_back(embedded::kPresets[i].name);
+  } else {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) fail("{}: OSCAR_PRESETS_DIR names no folder; unset it to use the built-in presets", dir);
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().extension() == ".yaml") names.push_back(e.path().stem().string());
+  }
   std::sort(names.begin(), names.end());
   return names;
 }
 
+// `from`: where the presets listed come from.
+[[noreturn]] static void unknown_preset(const std::string& name, const std::string& from) {
+  std::string list;
+  for (const auto& n : preset_names()) list += (list.empty() ? "" : ", ") + n;
+  fail("unknown preset '{}'; presets are: {} ({}); give one of these, or a recipe file NAME.yaml", name,
+       list.empty() ? "none" : list, from);
+}
+
 RecipeFile load_preset(const std::string& name) {
-  const fs::path p = fs::path(presets_dir()) / (name + ".yaml");
-  if (!fs::exists(p)) {
-    std::string list;
-    for (const auto& n : preset_names()) list += (list.empty() ? "" : ", ") + n;
-    fail("unknown preset '{}'; presets are: {} (in {})", name, list, presets_dir());
+  const std::string dir = presets_dir();
+  if (!dir.empty()) {  // OSCAR_PRESETS_DIR: the folder's files replace the built-in presets
+    if (!fs::is_directory(dir)) fail("{}: OSCAR_PRESETS_DIR names no folder; unset it to use the built-in presets", dir);
+    const fs::path p = fs::path(dir) / (name + ".yaml");
+    if (!fs::exists(p)) unknown_preset(name, fmt::format("in {}, from OSCAR_PRESETS_DIR", dir));
+    return load_recipe_file(p.string());
   }
-  return load_recipe_file(p.string());
+  for (int i = 0; i < embedded::kPresetCount; ++i) {
+    const embedded::Preset& e = embedded::kPresets[i];
+    if (name != e.name) continue;
+    const std::string file = fmt::format("built-in preset {}.yaml", name);
+    YAML::Node n;
+    try {
+      n = YAML::Load(std::string(e.text, e.size));
+    } catch (const YAML::ParserException& x) {
+      fail("{}:{}: YAML syntax error: {}", file, x.mark.line + 1, x.msg);
+    }
+    return parse_recipe(n, file);
+  }
+  unknown_preset(name, "built in; OSCAR_PRESETS_DIR=FOLDER reads them from a folder instead");
 }
 
 namespace {

@@ -38,10 +38,12 @@ Recipe resolve_recipe(const RecipeFile& rf, RecipeWidths w, int head_dim);
 // Applies the fields present in `node` on top of `base` (so a sweep entry can override a preset).
 RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeFile base = {});
 RecipeFile load_recipe_file(const std::string& path);
-// experiments/presets/NAME.yaml (OSCAR_PRESETS_DIR overrides the folder); lists the presets on failure.
+// Preset NAME: experiments/presets/NAME.yaml as embedded at build time, or NAME.yaml in the folder that the
+// environment variable OSCAR_PRESETS_DIR names (which then replaces the built-in set); lists the presets
+// on failure.
 RecipeFile load_preset(const std::string& name);
 std::vector<std::string> preset_names();
-std::string presets_dir();
+std::string presets_dir();  // OSCAR_PRESETS_DIR, or "" for the built-in presets
 
 // A `bits:` value: an integer or a list of distinct integers in 1..8 or 16; anything else (`bits: two`,
 // `[]`, 2.5, a repeated width) is an error naming the file and line.
