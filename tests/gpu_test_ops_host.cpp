@@ -478,8 +478,28 @@ void op_fwht(Ctx& ctx, const Case& c) {
                    got[i], want[i]);
           break;
         }
+      // oscar_fwht_bf16: the same rows as bf16; twin = widen, transform in float, round to nearest even.
+      std::vector<uint16_t> xb(x.size());
+      std::vector<float> wide(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        xb[i] = oscar::float_to_bf16_bits(x[i]);
+        wide[i] = oscar::bf16_bits_to_float(xb[i]);
+      }
+      const std::vector<float> want_wide = fwht_twin::transform(wide, rows, hd, norm != 0);
+      DevBuf db;
+      if (!db.upload(ctx, xb, "bf16 rows")) return;
+      if (!ctx.ok(oscar_fwht_bf16(db.p, rows, hd, norm, nullptr, &err), err, "oscar_fwht_bf16") ||
+          !ctx.cuda(cudaDeviceSynchronize(), "sync"))
+        return;
+      const auto got_b = download<uint16_t>(ctx, db.p, xb.size(), "bf16 rows");
+      for (size_t i = 0; i < xb.size(); ++i)
+        if (got_b[i] != oscar::float_to_bf16_bits(want_wide[i])) {
+          ctx.fail("bf16 rows=%d normalize=%d: element %zu: GPU 0x%04x, twin 0x%04x (and maybe more)", rows, norm, i, got_b[i],
+                   oscar::float_to_bf16_bits(want_wide[i]));
+          break;
+        }
     }
-  ctx.info = "rows 1, 7, 1000, 33333 x normalize 0/1 bit-exact";
+  ctx.info = "f32 and bf16, rows 1, 7, 1000, 33333 x normalize 0/1 bit-exact";
 }
 
 // prefill and append: the cache after prefill (and single-token appends) equals the twin bit for bit.
