@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <map>
 
 #include "dump_fixture.h"
 #include "oscar/01_core/error.h"
@@ -27,9 +28,14 @@ struct Stories {
   Tokenizer tok = Tokenizer::load(test::stories_tokenizer(), ck.config.vocab_size);
   std::vector<std::string> lines = read_lines(test::kjv_text());
   Model model{ck};
+  mutable std::map<std::pair<long, int>, PassageOrigin> cache;  // select_passage encodes much of the text: once each
   PassageOrigin origin(long offset, int tokens) const {
-    const Passage p = select_passage(test::kjv_text(), lines, offset, tokens, tok);
-    return passage_origin(p, lines, ck, tok, "kjv.txt.gz offset " + std::to_string(offset));
+    auto it = cache.find({offset, tokens});
+    if (it == cache.end()) {
+      const Passage p = select_passage(test::kjv_text(), lines, offset, tokens, tok);
+      it = cache.emplace(std::pair{offset, tokens}, passage_origin(p, lines, ck, tok, "kjv.txt.gz offset " + std::to_string(offset))).first;
+    }
+    return it->second;
   }
 };
 const Stories& stories() {

@@ -23,8 +23,8 @@ HeadTensor* slot(LayerDump& d, const std::string& t) {
   return t == "q" ? &d.q : t == "q_pre" ? &d.q_pre : t == "k" ? &d.k : t == "k_pre" ? &d.k_pre : t == "v" ? &d.v : nullptr;
 }
 
-// The longest run of equal consecutive ids that starts at a shared k-gram (k = `k`), as found first:
-// {length, position in a, position in b}; length 0 when no k-gram of `a` occurs in `b`.
+// The run of equal consecutive ids around the first k-gram of `a` (in a's order) that also occurs in `b`,
+// extended both ways as far as the ids agree: {length, start in a, start in b}; length 0 when none is shared.
 struct Run {
   long len = 0, pos_a = 0, pos_b = 0;
 };
