@@ -15,7 +15,10 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
+#include <cerrno>
+
+#include "app_main.h"
+#include "oscar/01_core/output_files.h"
 #include "oscar/kv_cache_format.h"
 #include "oscar/omni_format.h"
 #include "oscar_kv.h"
@@ -103,12 +106,9 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed repeats (median reported)");
   app.add_option("--warmup", warmup, "warm-up runs");
   app.add_option("--json", json, "write the results as JSON to this file");
+  return oscar::run_app("oscar-bench", app, argc, argv, [&]() -> int {
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  try {
+    if (!json.empty()) oscar::check_output_file(json);  // before minutes of benchmarking
     if (oscar_device_count() == 0) throw std::runtime_error("no CUDA device visible");
     cudaDeviceProp prop{};
     CUDA_OK(cudaGetDeviceProperties(&prop, 0));
@@ -263,8 +263,9 @@ int main(int argc, char** argv) {
       std::printf("| %d | %d | %s | %.1f | %.1f | %.3f | %.0f%% | %.2fx |\n", r.batch, r.ctx, r.kernel.c_str(), r.us, r.bytes / 1e6, r.tbps,
                   100 * r.frac_copy, r.speedup_bf16);
     if (!json.empty()) {
-      FILE* f = std::fopen(json.c_str(), "w");
-      if (!f) throw std::runtime_error("cannot write " + json);
+      oscar::AtomicOutput out(json);
+      FILE* f = std::fopen(out.temp_path().c_str(), "w");
+      if (!f) oscar::fail_write(json, errno);
       std::fprintf(f, "{\n  \"device\": \"%s\",\n  \"copy_tbps_read_plus_write\": %.4f,\n  \"decode\": [\n", prop.name, copy_tbps);
       for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
@@ -278,11 +279,20 @@ int main(int argc, char** argv) {
                      p.batch, p.ctx, p.format.c_str(), p.us, p.read, p.written, p.tbps(), p.tbps() / copy_tbps, i + 1 < prefill.size() ? "," : "");
       }
       std::fprintf(f, "  ]\n}\n");
+      if (std::fflush(f) != 0 || std::ferror(f)) {
+        const int e = errno;
+        std::fclose(f);
+        oscar::fail_write(json, e);
+      }
       std::fclose(f);
+      out.commit();
     }
     return 0;
+  } catch (const oscar::Error&) {
+    throw;  // one line from run_app
   } catch (const std::exception& e) {
     std::fprintf(stderr, "oscar-bench: error: %s\n", e.what());
     return 1;
   }
+  });
 }

@@ -96,7 +96,8 @@ EvalResult run_eval(const EvalRequest& req) {
     const long n = static_cast<long>(lines.size());
     const long c0 = req.calib_offset < 0 ? n + req.calib_offset : req.calib_offset;
     if (c0 == p.first_line) fail("the calibration passage (--calib-offset {}) is the evaluated passage; calibrate on other text", req.calib_offset);
-    const std::string tmp = (fs::temp_directory_path() / fmt::format("oscar-eval-calib-{}.h5", ::getpid())).string();
+    const ScratchFile scratch(fs::temp_directory_path() / fmt::format(".oscar-eval-calib-{}.h5", ::getpid()));  // gone on any exit
+    const std::string tmp = scratch.path().string();
     DumpRequest d{req.model, req.tokenizer, req.text, tmp, req.calib_offset, std::min(req.calib_tokens, ck.config.seq_len), "float32", false};
     dump_passage(d);
     {
@@ -269,7 +270,8 @@ void write_eval_outputs(const EvalRequest& req, const EvalResult& r, const std::
     for (const RecallRow& x : r.recall)
       f << fmt::format("{},{},{:.6f},{:.6f},{}\n", x.recipe, x.distance, x.repeat_loss, x.first_loss, x.gpu ? "gpu" : "cpu");
     f.close();
-    run_python(plots_script("recall.py"), {rcsv->temp_path().string(), rpng->temp_path().string(), r.model_name});
+    run_python(plots_script("recall.py"), {rcsv->temp_path().string(), rpng->temp_path().string(), r.model_name},
+               rpng->final_path().string());
   }
   csv.commit();
   md.commit();

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -231,43 +230,44 @@ std::string summary_markdown(const SweepConfig& cfg, const SweepResult& r) {
   return md;
 }
 
+void check_sweep_output(const SweepConfig& cfg) {
+  check_output_folder(cfg.output);
+  check_plotting("pareto.py");
+}
+
 void write_sweep_outputs(const SweepConfig& cfg, const SweepResult& r) {
   std::error_code ec;
   fs::create_directories(cfg.output, ec);
-  if (ec) fail("{}: cannot create the output folder ({})", cfg.output, ec.message());
-  AtomicOutput layers(fs::path(cfg.output) / "layers.csv"), summary(fs::path(cfg.output) / "summary.csv"),
-      md(fs::path(cfg.output) / "summary.md"), png(fs::path(cfg.output) / "pareto.png");
+  if (ec) fail("{}: could not create the output folder (reason: {}); choose another --output", cfg.output, ec.message());
+  OutputSet set;
+  AtomicOutput& layers = set.add(fs::path(cfg.output) / "layers.csv");
+  AtomicOutput& summary = set.add(fs::path(cfg.output) / "summary.csv");
+  AtomicOutput& md = set.add(fs::path(cfg.output) / "summary.md");
+  AtomicOutput& png = set.add(fs::path(cfg.output) / "pareto.png");
   {
-    std::ofstream f(layers.temp_path());
-    f << "dump,recipe,bits,layer,kv_head,k_rel_mse,v_rel_mse,logit_rel_mse,kl,out_rel_err,top8_overlap\n";
+    std::string f = "dump,recipe,bits,layer,kv_head,k_rel_mse,v_rel_mse,logit_rel_mse,kl,out_rel_err,top8_overlap\n";
     for (const SweepRow& x : r.rows)
-      f << fmt::format("{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", x.dump, x.recipe, x.bits, x.layer, x.kv_head,
+      f += fmt::format("{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", x.dump, x.recipe, x.bits, x.layer, x.kv_head,
                        x.f.k_rel_mse, x.f.v_rel_mse, x.f.logit_rel_mse, x.f.kl, x.f.out_rel_err, x.f.top8_overlap);
-    if (!f.flush()) fail("{}: write failed", layers.final_path().string());
+    layers.write(f);
   }
   {
-    std::ofstream f(summary.temp_path());
-    f << "dump,recipe,preset,bits,tokens,eff_bits_dump,eff_bits_32k,eff_bits_128k,key_bits_128k,value_bits_128k,"
-         "k_rel_mse,v_rel_mse,logit_rel_mse,kl,out_rel_err,top8_overlap,"
-         "worst_k_rel_mse,worst_v_rel_mse,worst_logit_rel_mse,worst_kl,worst_out_rel_err,worst_top8_overlap\n";
+    std::string f =
+        "dump,recipe,preset,bits,tokens,eff_bits_dump,eff_bits_32k,eff_bits_128k,key_bits_128k,value_bits_128k,"
+        "k_rel_mse,v_rel_mse,logit_rel_mse,kl,out_rel_err,top8_overlap,"
+        "worst_k_rel_mse,worst_v_rel_mse,worst_logit_rel_mse,worst_kl,worst_out_rel_err,worst_top8_overlap\n";
     for (const SweepSummary& s : r.summary)
-      f << fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n",
+      f += fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n",
                        s.dump, s.recipe, s.preset, s.bits, s.tokens, s.bits_at_dump, s.bits_32k, s.bits_128k, s.key_bits_128k,
                        s.value_bits_128k, s.mean.k_rel_mse, s.mean.v_rel_mse, s.mean.logit_rel_mse, s.mean.kl, s.mean.out_rel_err,
                        s.mean.top8_overlap, s.worst.k_rel_mse, s.worst.v_rel_mse, s.worst.logit_rel_mse, s.worst.kl,
                        s.worst.out_rel_err, s.worst.top8_overlap);
-    if (!f.flush()) fail("{}: write failed", summary.final_path().string());
+    summary.write(f);
   }
-  {
-    std::ofstream f(md.temp_path());
-    f << "<!-- oscar-sweep " << cfg.file << " -->\n" << summary_markdown(cfg, r);
-    if (!f.flush()) fail("{}: write failed", md.final_path().string());
-  }
-  run_python(plots_script("pareto.py"), {summary.temp_path().string(), png.temp_path().string(), cfg.title});
-  layers.commit();
-  summary.commit();
-  md.commit();
-  png.commit();
+  md.write("<!-- oscar-sweep " + cfg.file + " -->\n" + summary_markdown(cfg, r));
+  run_python(plots_script("pareto.py"), {summary.temp_path().string(), png.temp_path().string(), cfg.title},
+             png.final_path().string());
+  set.commit();
 }
 
 }  // namespace oscar

@@ -1,12 +1,16 @@
-// plotting.h: runs a script of plots/ with the configured Python (OSCAR_PYTHON at configure time, or
-// the OSCAR_PYTHON environment variable); throws Error with the script's exit status on failure.
+// plotting.h: runs a script of plots/ with the configured Python (OSCAR_PYTHON at configure time, or the
+// OSCAR_PYTHON environment variable). The script's stderr is captured: on failure the tool reports one line
+// (the script's own one-line reason, or the write error it hit), and a SIGINT/SIGTERM stops the script too.
 #pragma once
 #include <string>
 #include <vector>
 
 namespace oscar {
 
-std::string plots_script(const std::string& name);  // absolute path of plots/<name>
-void run_python(const std::string& script, const std::vector<std::string>& args);
+std::string plots_script(const std::string& name);  // absolute path of plots/<name>; throws when missing
+// Before the work: the script exists and a Python was configured (throws Error saying what to install).
+void check_plotting(const std::string& name);
+// Runs `script` with `args`; `output` names the file it draws, for error messages (empty: the script).
+void run_python(const std::string& script, const std::vector<std::string>& args, const std::string& output = {});
 
 }  // namespace oscar
