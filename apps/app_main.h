@@ -49,6 +49,20 @@ inline CLI::Validator positive() {
       "POSITIVE", "positive");
 }
 
+// Validator for a whole number within [lo, hi].
+inline CLI::Validator whole_number_in(long long lo, long long hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        long long v = 0;
+        const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (r.ec == std::errc::invalid_argument || r.ptr != s.data() + s.size()) return "'" + s + "' is not a whole number";
+        if (r.ec == std::errc::result_out_of_range || v < lo || v > hi)
+          return fmt::format("'{}' is out of range ({}..{})", s, lo, hi);
+        return {};
+      },
+      fmt::format("{}..{}", lo, hi), "whole_number_in");
+}
+
 // Added by run_app to every integer option: a value past the range of 64-bit integers is an error (CLI11 2.1
 // would silently clamp it for `long` options).
 inline CLI::Validator in_range_integer() {

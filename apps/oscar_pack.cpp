@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   long part_mib = 3;
   app.add_option("input", in, "llama2.c legacy float32 checkpoint")->required()->check(oscar::cli::not_a_folder());
   app.add_option("output", out, "output base name (parts are OUTPUT.part00, ...)")->required();
-  app.add_option("--part-mib", part_mib, "size of each part in MiB")->default_val(3)->check(CLI::Range(1L, 1L << 20));
+  app.add_option("--part-mib", part_mib, "size of each part in MiB")->default_val(3)->check(oscar::cli::whole_number_in(1, 1024));
   return oscar::run_app("oscar-pack", app, argc, argv, [&] {
     oscar::check_output_file(out + ".part00");
     const oscar::Checkpoint ck = oscar::load_checkpoint(in);

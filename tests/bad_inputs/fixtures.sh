@@ -9,3 +9,20 @@ head -c 4000 "$FIX/rev.h5" > "$FIX/trunc.h5"
 echo "not hdf5" > "$FIX/text.h5"
 head -c 50000 "$M" > "$FIX/trunc.bin"
 head -c 100000 "$X" > "$FIX/trunc.txt.gz"
+# faults.tsv (outputs, signals, locks, arguments): a sweep config on the small dumps; a "Python" that starts 4 s
+# late, so a signal can arrive while a plot script runs; a truncated tokenizer; a folder where a file belongs.
+cat > "$FIX/sweep.yaml" <<YAML
+title: fault suite
+output: sweep-default
+queries: 32
+bits: [2, 4]
+dumps:
+  - {name: rev, path: rev.h5, calibration: gen.h5}
+recipes:
+  - fp16
+  - naive
+  - {preset: oscar-cov, key: {group: head_dim}, value: {group: head_dim}}
+YAML
+printf '#!/bin/sh\nsleep 4\nexec %s "$@"\n' "$PY" > "$FIX/slowpy"; chmod +x "$FIX/slowpy"
+head -c 3000 "$DATA/stories260K/tok512.bin" > "$FIX/tok3000.bin"
+mkdir -p "$FIX/folder"
