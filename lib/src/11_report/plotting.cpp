@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -52,7 +53,22 @@ std::string plots_script(const std::string& name) {
 
 void check_plotting(const std::string& name) {
   (void)plots_script(name);
-  (void)python();
+  const std::string py = python();
+  bool found = false;
+  if (py.find('/') != std::string::npos) {
+    found = ::access(py.c_str(), X_OK) == 0;
+  } else if (const char* path = std::getenv("PATH")) {
+    std::string dirs = path;
+    for (size_t a = 0; !found && a <= dirs.size();) {
+      const size_t b = std::min(dirs.find(':', a), dirs.size());
+      const std::string d = dirs.substr(a, b - a);
+      found = ::access(((d.empty() ? std::string(".") : d) + "/" + py).c_str(), X_OK) == 0;
+      a = b + 1;
+    }
+  }
+  if (!found)
+    fail("the Python for plots, '{}', cannot be run (no such program); install python3-matplotlib or set OSCAR_PYTHON",
+         py);
 }
 
 void run_python(const std::string& script, const std::vector<std::string>& args, const std::string& output_name) {
