@@ -4,25 +4,24 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-analyze: per-layer, per-KV-head token-norm (TNI) and channel statistics of a KV dump"};
-  std::string dump, csv, json, plots;
-  int max_outliers = 3;
+  std::string dump;
+  oscar::TniOutputs out;
   oscar::AnalyzeOptions opt;
   bool quiet = false;
-  app.add_option("dump", dump, "HDF5 dump (oscar-kv dump format v1)")->required();
-  app.add_option("--csv", csv, "write the statistics as CSV");
-  app.add_option("--json", json, "write the statistics (with outlier tokens) as JSON");
-  app.add_option("--plots", plots, "folder for PNG plots (token norms vs position, channel magnitude heat maps)");
-  app.add_option("--outliers", max_outliers, "outlier tokens listed per row")->default_val(3);
-  app.add_option("--outlier-z", opt.outlier_z, "robust z threshold on log-norm for outlier tokens")->default_val(3.5);
+  app.add_option("dump", dump, "HDF5 dump (oscar-kv dump format v1)")->required()->check(oscar::cli::not_a_folder());
+  app.add_option("--csv", out.csv, "write the statistics as CSV");
+  app.add_option("--json", out.json, "write the statistics (with outlier tokens) as JSON");
+  app.add_option("--plots", out.plots, "folder for PNG plots (token norms vs position, channel magnitude heat maps)");
+  app.add_option("--outliers", out.max_outliers, "outlier tokens listed per row")->default_val(3);
+  app.add_option("--outlier-z", opt.outlier_z, "robust z threshold on log-norm for outlier tokens")->default_val(3.5)->check(oscar::cli::positive());
   app.add_flag("--quiet", quiet, "no progress bar");
   return oscar::run_app("oscar-analyze", app, argc, argv, [&] {
     opt.progress = !quiet;
+    oscar::check_tni_outputs(out);  // every output location, before the work
     const oscar::DumpReader reader(dump);
     const oscar::TniReport report = oscar::analyze_dump(reader, opt);
-    oscar::print_tni_table(report, stdout, max_outliers);
-    if (!csv.empty()) oscar::write_tni_csv(report, csv);
-    if (!json.empty()) oscar::write_tni_json(report, json, max_outliers);
-    if (!plots.empty()) oscar::write_tni_plots(report, plots);
+    oscar::write_tni_outputs(report, out);  // all of them or none
+    oscar::print_tni_table(report, stdout, out.max_outliers);
     return 0;
   });
 }

@@ -5,13 +5,13 @@
 int main(int argc, char** argv) {
   CLI::App app{"oscar-dump: dump a passage's queries, keys and values (before and after RoPE) to HDF5"};
   oscar::DumpRequest r;
-  app.add_option("--model", r.model, "llama2.c checkpoint (float32 .bin, or oscar-kv's float16 form)")->required();
-  app.add_option("--tokenizer", r.tokenizer, "llama2.c tokenizer.bin")->required();
-  app.add_option("--text", r.text, "text file, one line per verse/paragraph (plain or .gz)")->required();
+  app.add_option("--model", r.model, "llama2.c checkpoint (float32 .bin, or oscar-kv's float16 form)")->required()->check(oscar::cli::not_a_folder());
+  app.add_option("--tokenizer", r.tokenizer, "llama2.c tokenizer.bin")->required()->check(oscar::cli::not_a_folder());
+  app.add_option("--text", r.text, "text file, one line per verse/paragraph (plain or .gz)")->required()->check(oscar::cli::not_a_folder());
   app.add_option("--offset", r.offset, "first line of the passage (negative: counted from the end)")->default_val(0);
   app.add_option("--tokens", r.tokens, "passage length in tokens, BOS included")->default_val(512);
   app.add_option("--out", r.out, "output HDF5 file (written atomically)")->required();
-  app.add_option("--dtype", r.dtype, "storage dtype: float32 or float16")->default_val("float32");
+  app.add_option("--dtype", r.dtype, "storage dtype: float32 or float16")->default_val("float32")->check(CLI::IsMember({"float32", "float16"}));
   app.add_flag("--allow-high-loss", r.allow_high_loss,
                "keep a dump whose mean loss is above ln(vocab) (worse than uniform: a tokenizer of another model?)");
   bool quiet = false;

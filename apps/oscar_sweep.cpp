@@ -1,12 +1,13 @@
 // oscar-sweep: dumps x recipes x bit widths -> attention-fidelity tables and a Pareto plot.
 #include "app_main.h"
+#include "oscar/01_core/output_files.h"
 #include "oscar/10_sweep/sweep.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-sweep: run quantization recipes over KV dumps and tabulate attention fidelity vs effective bits"};
   std::string config, output;
   bool quiet = false, list = false;
-  app.add_option("config", config, "sweep config (YAML; see experiments/sweeps/)");
+  app.add_option("config", config, "sweep config (YAML; see experiments/sweeps/)")->check(oscar::cli::not_a_folder());
   app.add_option("--output", output, "override the config's output folder");
   app.add_flag("--list-presets", list, "list the preset recipes and exit");
   app.add_flag("--quiet", quiet, "no progress bar");
@@ -21,6 +22,8 @@ int main(int argc, char** argv) {
     if (config.empty()) oscar::fail("give a sweep config (see experiments/sweeps/), or --list-presets");
     oscar::SweepConfig cfg = oscar::load_sweep_config(config);
     if (!output.empty()) cfg.output = output;
+    oscar::check_sweep_output(cfg);                            // writable, and pareto.py runnable, before the work
+    const oscar::OutputLock lock(cfg.output, "oscar-sweep");  // a second sweep into this folder fails at once
     const oscar::SweepResult r = oscar::run_sweep(cfg, !quiet);
     oscar::write_sweep_outputs(cfg, r);
     fmt::print("{}\nwrote {}/summary.md, summary.csv, layers.csv, pareto.png\n", oscar::summary_markdown(cfg, r), cfg.output);

@@ -4,7 +4,7 @@
 # from Revelation (the last 404 lines, held out of kjv-llama-hd128's training).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build}
+build=$(cd "${1:-${OSCAR_BUILD:-$root/build}}" && pwd)
 cd "$root"
 mkdir -p results/dumps
 tok=data/stories260K/tok512.bin; text=data/text/kjv.txt.gz

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# regenerate.sh [--quick] [--readme FILE]: rebuilds every table and plot in README from the bundled data
+# regenerate.sh [--quick] [--readme FILE] [--build DIR]: rebuilds every table and plot in README from the bundled data
 # on a CPU-only machine: the TNI tables (main.sh), the dumps and every shipped sweep (run_sweeps.sh),
 # the end-to-end evaluation (run_eval.sh); then splices the new tables into README between its
 # <!-- BEGIN name --> / <!-- END name --> markers. README changes only if every step succeeded.
-# --quick: reduced evaluation (the CI test); OSCAR_RESULTS=DIR writes results under DIR.
-# Where a GPU is present (nvidia-smi -L succeeds and build/ has oscar-bench and oscar-eval), it also runs
+# --quick: reduced evaluation (the CI test); OSCAR_RESULTS=DIR writes results under DIR; --build DIR (or
+# OSCAR_BUILD=DIR) takes every tool from the build folder DIR (default: build/; CTest passes its own).
+# Where a GPU is present (nvidia-smi -L succeeds and the build has oscar-bench and oscar-eval), it also runs
 # the kernel benchmark (results/kernel_bench.md, .json) and oscar-eval --gpu for oscar-omni and oscar-cov at 2 bits
 # (results/eval-gpu-kjv-hd128/), and splices both into README's GPU sections (markers kernel-bench and
 # eval-gpu-kjv-hd128); without a GPU those sections keep the last GPU run's tables. Full kernel
@@ -12,31 +13,34 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-readme=README.md; quick=0
+readme=README.md; quick=0; build=${OSCAR_BUILD:-build}
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) quick=1 ;;
     --readme) readme=$2; shift ;;
+    --build) build=$2; shift ;;
     *) echo "regenerate: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
 done
+build=$(mkdir -p "$build" && cd "$build" && pwd)
+export OSCAR_BUILD=$build
 res=${OSCAR_RESULTS:-results}
 start=$(date +%s)
 bash experiments/main.sh
-[ -x build/apps/oscar-sweep ] || { echo "regenerate: build first (bash .ci/setup)" >&2; exit 1; }
-experiments/run_sweeps.sh build "$res/sweep"
-QUICK=$quick experiments/run_eval.sh build
+[ -x "$build/apps/oscar-sweep" ] || { echo "regenerate: build first (bash .ci/setup $build)" >&2; exit 1; }
+experiments/run_sweeps.sh "$build" "$res/sweep"
+QUICK=$quick experiments/run_eval.sh "$build"
 mode=""; if [ "$quick" = 1 ]; then mode=", quick mode"; fi
 gpu_stamp=""
-if nvidia-smi -L >/dev/null 2>&1 && [ -x build/apps/oscar-bench ] && [ -x build/apps/oscar-eval ]; then
+if nvidia-smi -L >/dev/null 2>&1 && [ -x "$build/apps/oscar-bench" ] && [ -x "$build/apps/oscar-eval" ]; then
   gstart=$(date +%s)
   device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
   if [ "$quick" = 1 ]; then bench=(--batch 1 8 --ctx 32768 --reps 10); toks=(--tokens 384 --calib-tokens 512)
   else bench=(--batch 1 8 32 --ctx 32768 131072 --reps 30); toks=(--tokens 2048 --calib-tokens 2048); fi
-  build/apps/oscar-bench "${bench[@]}" --json "$res/kernel_bench.json.tmp" > "$res/kernel_bench.md.tmp"
+  "$build/apps/oscar-bench" "${bench[@]}" --json "$res/kernel_bench.json.tmp" > "$res/kernel_bench.md.tmp"
   echo "oscar-bench ${bench[*]}" > "$res/kernel_bench.cmd"
-  build/apps/oscar-eval --quiet --gpu --model data/kjv-llama-hd128/kjv-llama-hd128.f16 --tokenizer data/stories260K/tok512.bin \
+  "$build/apps/oscar-eval" --quiet --gpu --model data/kjv-llama-hd128/kjv-llama-hd128.f16 --tokenizer data/stories260K/tok512.bin \
     --text data/text/kjv.txt.gz --offset -404 --calib-offset 0 --recipes fp16,oscar-omni,oscar-cov --bits 2 "${toks[@]}" \
     --out "$res/eval-gpu-kjv-hd128" >/dev/null
   echo "oscar-eval --gpu --recipes fp16,oscar-omni,oscar-cov --bits 2 ${toks[*]}" > "$res/eval-gpu-kjv-hd128/cmd"
@@ -44,7 +48,7 @@ if nvidia-smi -L >/dev/null 2>&1 && [ -x build/apps/oscar-bench ] && [ -x build/
   mv "$res/kernel_bench.json.tmp" "$res/kernel_bench.json"
   gpu_stamp="$(date -u +%Y-%m-%d), $device, $(( $(date +%s) - gstart )) s$mode"
 else
-  echo "regenerate: no GPU (nvidia-smi -L failed, or build/apps/oscar-bench or oscar-eval missing): kept the last GPU tables in $readme (kernel-bench, eval-gpu-kjv-hd128)"
+  echo "regenerate: no GPU (nvidia-smi -L failed, or $build/apps/oscar-bench or oscar-eval missing): kept the last GPU tables in $readme (kernel-bench, eval-gpu-kjv-hd128)"
 fi
 stamp="$(date -u +%Y-%m-%d), $(nproc) cores, $(( $(date +%s) - start )) s in all$mode"
 OSCAR_GPU_STAMP="$gpu_stamp" python3 experiments/splice_readme.py "$readme" "$stamp" "$res"

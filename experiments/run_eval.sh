@@ -4,7 +4,7 @@
 # QUICK=1 runs a reduced version (shorter passages, two recall distances) for the CI test.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build}
+build=$(cd "${1:-${OSCAR_BUILD:-$root/build}}" && pwd)
 cd "$root"
 out=${OSCAR_RESULTS:-results}/eval
 tok=data/stories260K/tok512.bin; text=data/text/kjv.txt.gz

@@ -3,7 +3,7 @@
 # (experiments/sweeps/*.yaml) into OUT_ROOT/<sweep> (default: each config's own output, results/sweep/).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$root/build}
+build=$(cd "${1:-${OSCAR_BUILD:-$root/build}}" && pwd)
 out=${2:-}
 "$root/experiments/make_dumps.sh" "$build"
 for cfg in "$root"/experiments/sweeps/*.yaml; do

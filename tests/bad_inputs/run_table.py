@@ -5,7 +5,11 @@ Each row runs a bash command in a fresh empty folder ($WORK, the current directo
 would see: the exit code, one `tool: error: ...` line on stderr, and which files are left behind.
 Variables the command can use: $BUILD (the build folder that runs the suite, tools in $BUILD/apps),
 $SRC (source root), $FIX (fixtures made once per run by fixtures.sh: small dumps, configs, broken files),
-$WORK (the row's folder), $DATA (bundled data, $SRC/data).
+$WORK (the row's folder), $DATA (bundled data, $SRC/data), and for short rows $S260 (the stories260K model),
+$HD128 (the kjv-llama-hd128 model), $TOK (the tokenizer), $KJV (the KJV text), and $PY (the Python the build
+plots with: $OSCAR_PYTHON, else the build's configured OSCAR_PYTHON, else python3).
+A row may hold tabs nowhere but between fields; it may set limits (`ulimit -f N`: a file-size limit, which the
+tools turn into "File too large" write errors) or send signals (`timeout --preserve-status -s INT 0.5 ...`).
 
 Row format, tab-separated; '#' starts a comment line; blank lines are skipped:
     id <TAB> exit <TAB> stderr_regex <TAB> files <TAB> command
@@ -18,6 +22,7 @@ Rules applied to every row besides its own:
     Python traceback;
   * no temporary file (names containing '.tmp' or starting with '.oscar-') is left anywhere in $WORK.
 Prints one line per row and, last, 'N passed, N failed'. Exit 1 when any row failed.
+ROWS=REGEX in the environment runs only the rows whose id matches REGEX (re.search).
 """
 import glob
 import os
@@ -91,6 +96,19 @@ def check_row(row, env, root):
     return problems
 
 
+def build_python(build):
+    if os.environ.get("OSCAR_PYTHON"):
+        return os.environ["OSCAR_PYTHON"]
+    try:
+        with open(os.path.join(build, "CMakeCache.txt"), encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("OSCAR_PYTHON:") and line.strip().split("=", 1)[1]:
+                    return line.strip().split("=", 1)[1]
+    except OSError:
+        pass
+    return "python3"
+
+
 def main():
     if len(sys.argv) < 4:
         sys.exit(__doc__)
@@ -98,16 +116,23 @@ def main():
     root = tempfile.mkdtemp(prefix="oscar-bad-inputs-", dir=os.environ.get("TMPDIR", "/tmp"))
     fix = os.path.join(root, "fixtures")
     os.makedirs(fix)
-    env = dict(os.environ, BUILD=build, SRC=src, FIX=fix, DATA=os.path.join(src, "data"),
-               PYTHONUNBUFFERED="1")
+    data = os.path.join(src, "data")
+    env = dict(os.environ, BUILD=build, SRC=src, FIX=fix, DATA=data, PYTHONUNBUFFERED="1",
+               S260=os.path.join(data, "stories260K", "stories260K.bin"),
+               HD128=os.path.join(data, "kjv-llama-hd128", "kjv-llama-hd128.f16"),
+               TOK=os.path.join(data, "stories260K", "tok512.bin"), KJV=os.path.join(data, "text", "kjv.txt.gz"),
+               PY=build_python(build))
     mk = subprocess.run(["bash", os.path.join(os.path.dirname(__file__), "fixtures.sh")], env=env,
                         capture_output=True, text=True)
     if mk.returncode != 0:
         print(mk.stdout + mk.stderr)
         sys.exit("run_table: fixtures.sh failed")
     passed = failed = 0
+    only = re.compile(os.environ["ROWS"]) if os.environ.get("ROWS") else None
     for t in tables:
         for row in parse(t):
+            if only and not only.search(row[1]):
+                continue
             problems = check_row(row, env, root)
             if problems:
                 failed += 1

@@ -1,4 +1,4 @@
-// file_io.cpp: whole-file reads, gzip, sha256 (OpenSSL EVP) and atomic output files.
+// file_io.cpp: whole-file reads, gzip and sha256 (OpenSSL EVP).
 #include "oscar/01_core/file_io.h"
 
 #include <openssl/evp.h>
@@ -79,28 +79,6 @@ std::string sha256_hex(const void* data, size_t n) {
   std::string hex;
   for (unsigned i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
   return hex;
-}
-
-AtomicOutput::AtomicOutput(fs::path final_path) : final_(std::move(final_path)) {
-  std::error_code ec;
-  const fs::path dir = final_.has_parent_path() ? final_.parent_path() : fs::path(".");
-  if (!fs::is_directory(dir, ec)) fail("{}: output folder '{}' does not exist; create it first", final_.string(), dir.string());
-  std::random_device rd;
-  temp_ = dir / fmt::format(".{}.tmp-{}-{:08x}", final_.filename().string(), ::getpid(), rd());
-}
-
-AtomicOutput::~AtomicOutput() {
-  if (!committed_) {
-    std::error_code ec;
-    fs::remove(temp_, ec);
-  }
-}
-
-void AtomicOutput::commit() {
-  std::error_code ec;
-  fs::rename(temp_, final_, ec);
-  if (ec) fail("{}: cannot move the finished file into place ({})", final_.string(), ec.message());
-  committed_ = true;
 }
 
 }  // namespace oscar

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <regex>
@@ -60,27 +61,37 @@ size_t first_nonfinite_half(const uint16_t* p, size_t n) {
 }  // namespace
 
 // ================= writer =================
+// Through h5::OutputFile: HDF5 failures become write errors naming the final file, the temporary is removed.
+// HDF5 objects are declared before each `try` and closed explicitly inside it (see h5_attrs.h).
 struct DumpWriter::Impl {
-  AtomicOutput out;
+  h5::OutputFile out;
   DumpInfo info;
-  std::unique_ptr<H5::H5File> file;
   std::vector<char> written;
   explicit Impl(const std::string& p) : out(p) {}
 };
 
+namespace {
+// Bytes a dump takes at least: every tensor of every layer, and the token ids.
+std::uint64_t dump_bytes(const DumpInfo& I) {
+  const std::uint64_t per = static_cast<std::uint64_t>(I.token_count) * I.head_dim * (I.storage_dtype == "float16" ? 2 : 4);
+  return static_cast<std::uint64_t>(I.n_layers) * (2ull * I.n_heads + 3ull * I.n_kv_heads) * per + 4ull * I.token_count;
+}
+}  // namespace
+
 DumpWriter::DumpWriter(const std::string& path, const DumpInfo& info, const std::vector<int>& token_ids,
-                       const std::vector<std::string>& token_text)
-    : impl_(std::make_unique<Impl>(path)) {
+                       const std::vector<std::string>& token_text) {
   h5::silence();
-  impl_->info = info;
-  impl_->written.assign(info.n_layers, 0);
   if (info.storage_dtype != "float32" && info.storage_dtype != "float16")
     fail("{}: storage dtype '{}' is not supported (use float32 or float16)", path, info.storage_dtype);
   if (static_cast<long>(token_ids.size()) != info.token_count)
     fail("internal: {} token ids for a dump of {} tokens", token_ids.size(), info.token_count);
+  check_output_file(path, dump_bytes(info));  // the folder, and room for the whole dump, before any layer
+  impl_ = std::make_unique<Impl>(path);
+  impl_->info = info;
+  impl_->written.assign(info.n_layers, 0);
+  H5::DataSet ids, tt;
   try {
-    impl_->file = std::make_unique<H5::H5File>(impl_->out.temp_path().string(), H5F_ACC_TRUNC);
-    H5::H5File& f = *impl_->file;
+    H5::H5File& f = impl_->out.file();
     h5::put_str(f, "format", kDumpFormat);
     h5::put_i64(f, "format_version", kDumpVersion);
     h5::put_str(f, "model_name", info.model_name);
@@ -97,38 +108,36 @@ DumpWriter::DumpWriter(const std::string& path, const DumpInfo& info, const std:
     if (std::isfinite(info.mean_next_token_loss)) h5::put_f64(f, "mean_next_token_loss", info.mean_next_token_loss);
     if (!info.producer.empty()) h5::put_str(f, "producer", info.producer);
     hsize_t n = token_ids.size();
-    H5::DataSet ids = f.createDataSet("token_ids", H5::PredType::STD_I32LE, H5::DataSpace(1, &n));
+    ids = f.createDataSet("token_ids", H5::PredType::STD_I32LE, H5::DataSpace(1, &n));
     if (n) ids.write(token_ids.data(), H5::PredType::NATIVE_INT);
+    ids.close();
     if (!token_text.empty()) {
       H5::StrType st(H5::PredType::C_S1, H5T_VARIABLE);
       st.setCset(H5T_CSET_UTF8);
       std::vector<const char*> ptrs;
       for (const auto& s : token_text) ptrs.push_back(s.c_str());
       hsize_t m = ptrs.size();
-      H5::DataSet tt = f.createDataSet("token_text", st, H5::DataSpace(1, &m));
+      tt = f.createDataSet("token_text", st, H5::DataSpace(1, &m));
       tt.write(ptrs.data(), st);
+      tt.close();
     }
   } catch (const H5::Exception& e) {
-    fail("{}: cannot create the HDF5 dump ({})", path, e.getDetailMsg());
+    impl_->out.fail(e);
   }
 }
 
-DumpWriter::~DumpWriter() {
-  if (impl_ && impl_->file) {
-    try {
-      impl_->file->close();
-    } catch (...) {
-    }
-  }
-}
+DumpWriter::~DumpWriter() = default;  // Impl abandons an unfinished file; nothing here throws
 
 void DumpWriter::write_layer(const LayerQKV& a) {
   const DumpInfo& I = impl_->info;
-  const std::string& path = impl_->out.final_path().string();
+  const std::string path = impl_->out.final_path();
   const int T = static_cast<int>(a.q.rows()), hd = I.head_dim;
+  if (!impl_->out.open()) fail("internal: {} was already finished or abandoned", path);
   if (T != I.token_count) fail("internal: layer {} has {} tokens, the dump {}", a.layer, T, I.token_count);
+  std::optional<H5::Group> g;
+  H5::DataSet ds;
   try {
-    H5::Group g = impl_->file->createGroup(layer_group(a.layer));
+    g.emplace(impl_->out.file().createGroup(layer_group(a.layer)));
     const H5::DataType dtype = I.storage_dtype == "float16" ? H5::DataType(float16_type()) : H5::DataType(H5::PredType::IEEE_F32LE);
     struct Item {
       const char* name;
@@ -149,32 +158,30 @@ void DumpWriter::write_layer(const LayerQKV& a) {
       hsize_t chunk[3] = {1, static_cast<hsize_t>(std::min(T, 1024)), static_cast<hsize_t>(hd)};
       H5::DSetCreatPropList plist;
       plist.setChunk(3, chunk);
-      H5::DataSet ds = g.createDataSet(it.name, dtype, H5::DataSpace(3, dims), plist);
+      ds = g->createDataSet(it.name, dtype, H5::DataSpace(3, dims), plist);
       ds.write(buf.data(), H5::PredType::NATIVE_FLOAT);
+      ds.close();  // writes the cached chunks: a full disk shows here, not in a destructor
     }
+    g->close();
   } catch (const H5::Exception& e) {
-    fail("{}: writing layer {} failed ({}); is the disk full?", path, a.layer, e.getDetailMsg());
+    impl_->out.fail(e);
   }
   impl_->written[a.layer] = 1;
 }
 
 void DumpWriter::set_mean_next_token_loss(double loss) {
+  if (!impl_->out.open()) fail("internal: {} was already finished or abandoned", impl_->out.final_path());
   try {
-    h5::put_f64(*impl_->file, "mean_next_token_loss", loss);
+    h5::put_f64(impl_->out.file(), "mean_next_token_loss", loss);
   } catch (const H5::Exception& e) {
-    fail("{}: writing an attribute failed ({})", impl_->out.final_path().string(), e.getDetailMsg());
+    impl_->out.fail(e);
   }
 }
 
 void DumpWriter::finish() {
   for (int l = 0; l < impl_->info.n_layers; ++l)
-    if (!impl_->written[l]) fail("internal: layer {} was never written to {}", l, impl_->out.final_path().string());
-  try {
-    impl_->file->close();
-  } catch (const H5::Exception& e) {
-    fail("{}: closing the HDF5 file failed ({})", impl_->out.final_path().string(), e.getDetailMsg());
-  }
-  impl_->file.reset();
+    if (!impl_->written[l]) fail("internal: layer {} was never written to {}", l, impl_->out.final_path());
+  if (!impl_->out.open()) fail("internal: {} was already finished or abandoned", impl_->out.final_path());
   impl_->out.commit();
 }
 

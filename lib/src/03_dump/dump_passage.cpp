@@ -8,6 +8,7 @@
 #include "oscar/02_model/checkpoint.h"
 #include "oscar/03_dump/dump.h"
 #include "oscar/01_core/error.h"
+#include "oscar/01_core/output_files.h"
 #include "oscar/02_model/model.h"
 #include "oscar/02_model/passage.h"
 #include "oscar/01_core/progress.h"
@@ -18,6 +19,7 @@ namespace oscar {
 DumpSummary dump_passage(const DumpRequest& req) {
   const auto t0 = std::chrono::steady_clock::now();
   if (req.dtype != "float32" && req.dtype != "float16") fail("--dtype {} is not supported (use float32 or float16)", req.dtype);
+  check_output_file(req.out);  // before loading anything; DumpWriter checks the room once the size is known
   const Checkpoint ck = load_checkpoint(req.model);
   const Tokenizer tok = Tokenizer::load(req.tokenizer, ck.config.vocab_size);
   const auto lines = read_lines(req.text);

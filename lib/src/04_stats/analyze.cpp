@@ -5,10 +5,10 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
+#include "oscar/01_core/interrupts.h"
 #include "oscar/11_report/plotting.h"
 #include "oscar/01_core/progress.h"
 
@@ -113,28 +113,27 @@ void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers) {
   }
 }
 
-void write_tni_csv(const TniReport& r, const std::string& path) {
-  AtomicOutput out(path);
-  {
-    std::ofstream f(out.temp_path());
-    f << "layer,kv_head,tensor,tokens,min,p01,p05,p25,median,p75,p95,p99,max,mean,cv,max_over_median,min_over_median,tni,"
-         "channel_spread,channel_argmax,channel_median_absmax,n_outliers,top_outlier_position,top_outlier_ratio\n";
-    for (const TniRow& row : r.rows) {
-      const NormDistribution& d = row.stats.norms;
-      const auto& o = row.stats.outliers;
-      f << fmt::format("{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{},{},{},{},{},{},{:.6g},{},{},{}\n",
-                       row.layer, row.kv_head, row.tensor, row.stats.token_norms.size(), d.min, d.p01, d.p05, d.p25, d.median,
-                       d.p75, d.p95, d.p99, d.max, d.mean, csv(d.cv), csv(d.max_over_median), csv(d.min_over_median),
-                       csv(d.tni), csv(row.stats.channels.spread), row.stats.channels.argmax_channel,
-                       row.stats.channels.median_absmax, o.size(), o.empty() ? std::string() : std::to_string(o[0].position),
-                       o.empty() ? std::string() : csv(o[0].ratio));
-    }
-    if (!f.flush()) fail("{}: write failed", path);
+namespace {
+
+std::string tni_csv(const TniReport& r) {
+  std::string f =
+      "layer,kv_head,tensor,tokens,min,p01,p05,p25,median,p75,p95,p99,max,mean,cv,max_over_median,min_over_median,tni,"
+      "channel_spread,channel_argmax,channel_median_absmax,n_outliers,top_outlier_position,top_outlier_ratio\n";
+  for (const TniRow& row : r.rows) {
+    const NormDistribution& d = row.stats.norms;
+    const auto& o = row.stats.outliers;
+    f += fmt::format("{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{},{:.6g},{},{},{}\n",
+                     row.layer, row.kv_head, row.tensor, row.stats.token_norms.size(), d.min, d.p01, d.p05, d.p25, d.median,
+                     d.p75, d.p95, d.p99, d.max, d.mean, csv(d.cv), csv(d.max_over_median), csv(d.min_over_median),
+                     csv(d.tni), csv(row.stats.channels.spread), row.stats.channels.argmax_channel,
+                     row.stats.channels.median_absmax,
+                     o.size(), o.empty() ? std::string() : std::to_string(o[0].position),
+                     o.empty() ? std::string() : csv(o[0].ratio));
   }
-  out.commit();
+  return f;
 }
 
-void write_tni_json(const TniReport& r, const std::string& path, int max_outliers) {
+std::string tni_json(const TniReport& r, int max_outliers) {
   using nlohmann::json;
   json j;
   const DumpInfo& I = r.info;
@@ -172,40 +171,70 @@ void write_tni_json(const TniReport& r, const std::string& path, int max_outlier
                          {"n_outliers", row.stats.outliers.size()},
                          {"outliers", o}});
   }
-  AtomicOutput out(path);
-  {
-    std::ofstream f(out.temp_path());
-    f << j.dump(1) << "\n";
-    if (!f.flush()) fail("{}: write failed", path);
-  }
-  out.commit();
+  return j.dump(1) + "\n";
 }
 
-void write_tni_plots(const TniReport& r, const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) fail("{}: cannot create the plot folder ({})", dir, ec.message());
-  {
-    AtomicOutput out(dir + "/token_norms.csv");
-    std::ofstream f(out.temp_path());
-    f << "layer,kv_head,tensor,position,norm\n";
-    for (const TniRow& row : r.rows)
-      for (size_t t = 0; t < row.stats.token_norms.size(); ++t)
-        f << row.layer << ',' << row.kv_head << ',' << row.tensor << ',' << t << ',' << fmt::format("{:.6g}", row.stats.token_norms[t]) << '\n';
-    f.close();
-    out.commit();
+std::string token_norms_csv(const TniReport& r) {
+  std::string f = "layer,kv_head,tensor,position,norm\n";
+  for (const TniRow& row : r.rows)
+    for (size_t t = 0; t < row.stats.token_norms.size(); ++t)
+      f += fmt::format("{},{},{},{},{:.6g}\n", row.layer, row.kv_head, row.tensor, t, row.stats.token_norms[t]);
+  return f;
+}
+
+std::string channel_absmax_csv(const TniReport& r) {
+  std::string f = "layer,kv_head,tensor,channel,absmax\n";
+  for (const TniRow& row : r.rows)
+    for (size_t c = 0; c < row.stats.channels.absmax.size(); ++c)
+      f += fmt::format("{},{},{},{},{:.6g}\n", row.layer, row.kv_head, row.tensor, c, row.stats.channels.absmax[c]);
+  return f;
+}
+
+}  // namespace
+
+void check_tni_outputs(const TniOutputs& o) {
+  if (!o.csv.empty()) check_output_file(o.csv);
+  if (!o.json.empty()) check_output_file(o.json);
+  if (!o.plots.empty()) check_output_folder(o.plots);
+  if (!o.plots.empty()) check_plotting("tni_plots.py");
+}
+
+void write_tni_outputs(const TniReport& r, const TniOutputs& o) {
+  namespace fs = std::filesystem;
+  OutputSet set;
+  if (!o.csv.empty()) set.add(o.csv).write(tni_csv(r));
+  if (!o.json.empty()) set.add(o.json).write(tni_json(r, o.max_outliers));
+  bool made_dir = false;
+  int dir_slot = -1;  // a plot folder made here goes again on SIGINT/SIGTERM when still empty
+  try {
+    if (!o.plots.empty()) {
+      std::error_code ec;
+      made_dir = !fs::exists(o.plots, ec);
+      if (made_dir) dir_slot = interrupts::remember_folder(o.plots.c_str());
+      fs::create_directories(o.plots, ec);
+      if (ec) fail("{}: could not create the plot folder (reason: {}); choose another --plots folder", o.plots, ec.message());
+      AtomicOutput& norms = set.add(fs::path(o.plots) / "token_norms.csv");
+      norms.write(token_norms_csv(r));
+      AtomicOutput& chans = set.add(fs::path(o.plots) / "channel_absmax.csv");
+      chans.write(channel_absmax_csv(r));
+      AtomicOutput& norms_png = set.add(fs::path(o.plots) / "token_norms.png");
+      AtomicOutput& chans_png = set.add(fs::path(o.plots) / "channel_absmax.png");
+      run_python(plots_script("tni_plots.py"), {norms.temp_path().string(), chans.temp_path().string(),
+                                                 norms_png.temp_path().string(), chans_png.temp_path().string(),
+                                                 r.info.model_name},
+                 (fs::path(o.plots) / "token_norms.png").string());
+    }
+    set.commit();
+    interrupts::forget(dir_slot);
+  } catch (...) {
+    if (made_dir) {
+      set = OutputSet();  // removes the temporaries first
+      std::error_code ec;
+      fs::remove(o.plots, ec);  // only when still empty
+    }
+    interrupts::forget(dir_slot);
+    throw;
   }
-  {
-    AtomicOutput out(dir + "/channel_absmax.csv");
-    std::ofstream f(out.temp_path());
-    f << "layer,kv_head,tensor,channel,absmax\n";
-    for (const TniRow& row : r.rows)
-      for (size_t c = 0; c < row.stats.channels.absmax.size(); ++c)
-        f << row.layer << ',' << row.kv_head << ',' << row.tensor << ',' << c << ',' << fmt::format("{:.6g}", row.stats.channels.absmax[c]) << '\n';
-    f.close();
-    out.commit();
-  }
-  run_python(plots_script("tni_plots.py"), {dir, r.info.model_name});
 }
 
 }  // namespace oscar

@@ -6,6 +6,7 @@
 #include <Eigen/Eigenvalues>
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "oscar/03_dump/dump.h"
 #include "oscar/01_core/error.h"
@@ -67,16 +68,19 @@ Eigen::MatrixXd value_covariance(const LayerDump& L, const Eigen::MatrixXd& CK, 
 
 // ---- HDF5 helpers ----
 // Eigen matrices are column-major; the file stores row-major [rows, cols] (C order).
-void put_matrix(H5::Group& g, const char* name, const Eigen::MatrixXd& m) {
+// `ds` belongs to the caller, so that a failing write or close is caught while it is alive (h5::OutputFile).
+void put_matrix(H5::Group& g, H5::DataSet& ds, const char* name, const Eigen::MatrixXd& m) {
   const Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rm = m;
   hsize_t dims[2] = {static_cast<hsize_t>(m.rows()), static_cast<hsize_t>(m.cols())};
-  H5::DataSet ds = g.createDataSet(name, H5::PredType::IEEE_F64LE, H5::DataSpace(2, dims));
+  ds = g.createDataSet(name, H5::PredType::IEEE_F64LE, H5::DataSpace(2, dims));
   ds.write(rm.data(), H5::PredType::NATIVE_DOUBLE);
+  ds.close();
 }
-void put_vector(H5::Group& g, const char* name, const Eigen::VectorXd& v) {
+void put_vector(H5::Group& g, H5::DataSet& ds, const char* name, const Eigen::VectorXd& v) {
   hsize_t n = static_cast<hsize_t>(v.size());
-  H5::DataSet ds = g.createDataSet(name, H5::PredType::IEEE_F64LE, H5::DataSpace(1, &n));
+  ds = g.createDataSet(name, H5::PredType::IEEE_F64LE, H5::DataSpace(1, &n));
   ds.write(v.data(), H5::PredType::NATIVE_DOUBLE);
+  ds.close();
 }
 
 struct Reader : h5::AttrReader {
@@ -207,10 +211,11 @@ Eigen::MatrixXd covariance_rotation_matrix(const Eigen::MatrixXd& U, const std::
 
 void save_covariance_rotations(const CovarianceRotations& c, const std::string& path) {
   check_consistent(c, path);
-  h5::silence();
-  AtomicOutput out(path);
+  h5::OutputFile out(path);  // HDF5 failures: one write error naming `path`; the temporary is removed
+  std::optional<H5::Group> g;
+  H5::DataSet ds;
   try {
-    H5::H5File f(out.temp_path().string(), H5F_ACC_TRUNC);
+    H5::H5File& f = out.file();
     h5::put_str(f, "format", kRotFormat);
     h5::put_i64(f, "format_version", kRotVersion);
     h5::put_str(f, "model_name", c.model_name);
@@ -229,17 +234,17 @@ void save_covariance_rotations(const CovarianceRotations& c, const std::string& 
           .write(c.calibration.token_ids.data(), H5::PredType::NATIVE_INT);
     }
     for (int l = 0; l < c.n_layers; ++l) {
-      H5::Group g = f.createGroup(layer_group(l));
-      put_matrix(g, "key_cov", c.key_cov[l]);
-      put_matrix(g, "value_cov", c.value_cov[l]);
-      put_vector(g, "key_eigenvalues", c.key_eigenvalues[l]);
-      put_vector(g, "value_eigenvalues", c.value_eigenvalues[l]);
-      put_matrix(g, "key_eigenvectors", c.key_eigenvectors[l]);
-      put_matrix(g, "value_eigenvectors", c.value_eigenvectors[l]);
+      g.emplace(f.createGroup(layer_group(l)));
+      put_matrix(*g, ds, "key_cov", c.key_cov[l]);
+      put_matrix(*g, ds, "value_cov", c.value_cov[l]);
+      put_vector(*g, ds, "key_eigenvalues", c.key_eigenvalues[l]);
+      put_vector(*g, ds, "value_eigenvalues", c.value_eigenvalues[l]);
+      put_matrix(*g, ds, "key_eigenvectors", c.key_eigenvectors[l]);
+      put_matrix(*g, ds, "value_eigenvectors", c.value_eigenvectors[l]);
+      g->close();
     }
-    f.close();
   } catch (const H5::Exception& e) {
-    fail("{}: writing the rotations file failed ({}); is the disk full?", path, e.getDetailMsg());
+    out.fail(e);
   }
   out.commit();
 }

@@ -111,7 +111,8 @@ void write_eval_outputs(const EvalRequest& req, const EvalResult& r, const std::
     rcsv = std::make_unique<AtomicOutput>(fs::path(out_dir) / "recall.csv");
     rpng = std::make_unique<AtomicOutput>(fs::path(out_dir) / "recall.png");
     put(*rcsv, recall_csv(r));
-    run_python(plots_script("recall.py"), {rcsv->temp_path().string(), rpng->temp_path().string(), r.model_name});
+    run_python(plots_script("recall.py"), {rcsv->temp_path().string(), rpng->temp_path().string(), r.model_name},
+               rpng->final_path().string());
   }
   csv.commit();
   md.commit();

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -325,48 +324,49 @@ std::string summary_markdown(const SweepConfig& cfg, const SweepResult& r) {
   return md;
 }
 
+void check_sweep_output(const SweepConfig& cfg) {
+  check_output_folder(cfg.output);
+  check_plotting("pareto.py");
+}
+
 void write_sweep_outputs(const SweepConfig& cfg, const SweepResult& r) {
   std::error_code ec;
   fs::create_directories(cfg.output, ec);
-  if (ec) fail("{}: cannot create the output folder ({})", cfg.output, ec.message());
-  AtomicOutput layers(fs::path(cfg.output) / "layers.csv"), summary(fs::path(cfg.output) / "summary.csv"),
-      md(fs::path(cfg.output) / "summary.md"), png(fs::path(cfg.output) / "pareto.png");
+  if (ec) fail("{}: could not create the output folder (reason: {}); choose another --output", cfg.output, ec.message());
+  OutputSet set;
+  AtomicOutput& layers = set.add(fs::path(cfg.output) / "layers.csv");
+  AtomicOutput& summary = set.add(fs::path(cfg.output) / "summary.csv");
+  AtomicOutput& md = set.add(fs::path(cfg.output) / "summary.md");
+  AtomicOutput& png = set.add(fs::path(cfg.output) / "pareto.png");
   {
-    std::ofstream f(layers.temp_path());
-    f << "dump,recipe,bits,layer,kv_head,k_rel_mse,v_rel_mse,logit_rel_mse,kl,out_rel_err,top8_overlap\n";
+    std::string f = "dump,recipe,bits,layer,kv_head,k_rel_mse,v_rel_mse,logit_rel_mse,kl,out_rel_err,top8_overlap\n";
     for (const SweepRow& x : r.rows)
-      f << fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", x.dump, x.recipe, widths_text(x.key_bits, x.value_bits), x.layer,
+      f += fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", x.dump, x.recipe, widths_text(x.key_bits, x.value_bits), x.layer,
                        x.kv_head, metric_text(x.f.k_rel_mse, "{:.6g}", true), metric_text(x.f.v_rel_mse, "{:.6g}", true),
                        metric_text(x.f.logit_rel_mse, "{:.6g}", true), metric_text(x.f.kl, "{:.6g}", true),
                        metric_text(x.f.out_rel_err, "{:.6g}", true), metric_text(x.f.top8_overlap, "{:.6g}", true));
-    if (!f.flush()) fail("{}: write failed", layers.final_path().string());
+    layers.write(f);
   }
   {
-    std::ofstream f(summary.temp_path());
-    f << "dump,recipe,preset,bits,tokens,eff_bits_dump,eff_bits_32k,eff_bits_128k,key_bits_128k,value_bits_128k,"
-         "k_rel_mse,v_rel_mse,logit_rel_mse,kl,out_rel_err,top8_overlap,"
-         "worst_k_rel_mse,worst_v_rel_mse,worst_logit_rel_mse,worst_kl,worst_out_rel_err,worst_top8_overlap\n";
+    std::string f =
+        "dump,recipe,preset,bits,tokens,eff_bits_dump,eff_bits_32k,eff_bits_128k,key_bits_128k,value_bits_128k,"
+        "k_rel_mse,v_rel_mse,logit_rel_mse,kl,out_rel_err,top8_overlap,"
+        "worst_k_rel_mse,worst_v_rel_mse,worst_logit_rel_mse,worst_kl,worst_out_rel_err,worst_top8_overlap\n";
     for (const SweepSummary& s : r.summary) {
       std::string metrics;
       for (const Fidelity* x : {&s.mean, &s.worst})
         for (double v : {x->k_rel_mse, x->v_rel_mse, x->logit_rel_mse, x->kl, x->out_rel_err, x->top8_overlap})
           metrics += "," + metric_text(v, "{:.6g}", true);
-      f << fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}{}\n", s.dump, s.recipe, s.preset,
+      f += fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}{}\n", s.dump, s.recipe, s.preset,
                        widths_text(s.key_bits, s.value_bits), s.tokens, s.bits_at_dump, s.bits_32k, s.bits_128k, s.key_bits_128k,
                        s.value_bits_128k, metrics);
     }
-    if (!f.flush()) fail("{}: write failed", summary.final_path().string());
+    summary.write(f);
   }
-  {
-    std::ofstream f(md.temp_path());
-    f << "<!-- oscar-sweep " << cfg.file << " -->\n" << summary_markdown(cfg, r);
-    if (!f.flush()) fail("{}: write failed", md.final_path().string());
-  }
-  run_python(plots_script("pareto.py"), {summary.temp_path().string(), png.temp_path().string(), cfg.title});
-  layers.commit();
-  summary.commit();
-  md.commit();
-  png.commit();
+  md.write("<!-- oscar-sweep " + cfg.file + " -->\n" + summary_markdown(cfg, r));
+  run_python(plots_script("pareto.py"), {summary.temp_path().string(), png.temp_path().string(), cfg.title},
+             png.final_path().string());
+  set.commit();
 }
 
 }  // namespace oscar

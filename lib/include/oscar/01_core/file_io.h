@@ -1,10 +1,12 @@
-// file_io.h: whole-file reads (plain, gzip, or split into NAME.part00, NAME.part01, ...), sha256,
-// and AtomicOutput, which writes under a temporary name and renames only on commit().
+// file_io.h: whole-file reads (plain, gzip, or split into NAME.part00, NAME.part01, ...) and sha256.
+// Writing outputs (AtomicOutput, OutputSet, location checks, write errors): output_files.h, included here.
 #pragma once
 #include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include "oscar/01_core/output_files.h"
 
 namespace oscar {
 
@@ -17,22 +19,5 @@ std::string read_text_file(const std::string& path);
 
 // Lower-case hex sha256 of a byte range.
 std::string sha256_hex(const void* data, size_t n);
-
-// Writes to `final_path` through a temporary file in the same folder: nothing appears under the
-// final name until commit(); the destructor removes the temporary when commit() was not reached.
-class AtomicOutput {
- public:
-  explicit AtomicOutput(std::filesystem::path final_path);
-  ~AtomicOutput();
-  AtomicOutput(const AtomicOutput&) = delete;
-  AtomicOutput& operator=(const AtomicOutput&) = delete;
-  const std::filesystem::path& temp_path() const { return temp_; }
-  const std::filesystem::path& final_path() const { return final_; }
-  void commit();  // renames the temporary to the final name
-
- private:
-  std::filesystem::path final_, temp_;
-  bool committed_ = false;
-};
 
 }  // namespace oscar

@@ -1,16 +1,50 @@
-// h5_attrs.h: HDF5 scalar attributes for oscar-kv's files (dumps, rotations): writers, and a reader whose
-// errors name the file, the attribute and what to do (`fix`, e.g. "re-run the calibration").
+// h5_attrs.h: HDF5 for oscar-kv's files (dumps, rotations): scalar attribute writers and a reader whose errors
+// name the file, the attribute and what to do (`fix`, e.g. "re-run the calibration"); OutputFile, an HDF5 output
+// whose failures become one write error and whose temporary never outlives a failure.
 #pragma once
 #include <H5Cpp.h>
 
+#include <memory>
 #include <string>
+
+#include "oscar/01_core/output_files.h"
 
 namespace oscar::h5 {
 
-void silence();  // HDF5's own error stack printing off (errors become our exceptions)
+// HDF5's own error printing off (errors become our exceptions, one line each). Instead, a failing HDF5 call
+// records the operating system's errno found on its error stack (the C++ wrapper's exception drops it), for
+// fail_write below. That record is per thread and read only by fail_write (the C library's hook has no
+// other place to put it).
+void silence();
+// Throws the write error of `file` (output_files.h's message: reason and advice) for an HDF5 failure `e`
+// while writing it: the system's reason when HDF5 reported one (ENOSPC, EFBIG, EACCES...), else HDF5's own.
+[[noreturn]] void fail_write(const std::string& file, const H5::Exception& e);
 void put_str(H5::H5Object& o, const char* name, const std::string& v);  // variable-length UTF-8
 void put_i64(H5::H5Object& o, const char* name, long long v);
 void put_f64(H5::H5Object& o, const char* name, double v);
+
+// An HDF5 output written through AtomicOutput. After fail() (any HDF5 failure while writing), the file's
+// descriptor points at an in-memory file, so that the closes that follow (they flush HDF5's caches again) do not
+// fail a second time or print from a C++ destructor; the destructor then closes and removes the temporary. Writers declare their HDF5 objects before a `try` and close them explicitly inside it, so that a
+// failing close is caught there and not in a destructor.
+class OutputFile {
+ public:
+  explicit OutputFile(const std::string& final_path);  // checks the folder, creates the temporary HDF5 file
+  ~OutputFile();                                        // abandons an uncommitted file; never throws
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  H5::H5File& file() { return *file_; }
+  bool open() const { return file_ != nullptr; }
+  std::string final_path() const { return out_.final_path().string(); }
+  [[noreturn]] void fail(const H5::Exception& e);  // throws the write error; the file is abandoned
+  void commit();  // closes (a full disk may show only here) and renames into place
+
+ private:
+  void discard_writes() noexcept;
+  void abandon() noexcept;
+  AtomicOutput out_;
+  std::unique_ptr<H5::H5File> file_;
+};
 
 struct AttrReader {
   const H5::H5File& f;

@@ -36,9 +36,16 @@ struct AnalyzeOptions {
 TniReport analyze_dump(const DumpReader& dump, const AnalyzeOptions& opt);
 
 void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers);
-void write_tni_csv(const TniReport& r, const std::string& path);
-void write_tni_json(const TniReport& r, const std::string& path, int max_outliers);
-// Writes token_norms.csv and channel_absmax.csv into `dir`, then draws the PNGs with plots/tni_plots.py.
-void write_tni_plots(const TniReport& r, const std::string& dir);
+// The files oscar-analyze writes; an empty name is not written.
+struct TniOutputs {
+  std::string csv, json;
+  std::string plots;  // folder: token_norms.csv, channel_absmax.csv and their PNGs (plots/tni_plots.py)
+  int max_outliers = 3;  // outlier tokens listed per row in the JSON
+};
+// Before the work: every output location can be written (output_files.h); throws Error naming the output.
+void check_tni_outputs(const TniOutputs& o);
+// Writes every requested output under a temporary name, then renames them all: they appear together or
+// not at all (an older file under the same name is kept on any failure).
+void write_tni_outputs(const TniReport& r, const TniOutputs& o);
 
 }  // namespace oscar

@@ -60,7 +60,10 @@ std::string widths_text(int key_bits, int value_bits);
 std::string metric_text(double v, const char* spec, bool csv);
 
 SweepResult run_sweep(const SweepConfig& cfg, bool progress);
-// Writes OUTPUT/layers.csv, summary.csv, summary.md and pareto.png (all or nothing).
+// Before the work: the output folder can be created and written, and plots/pareto.py can run.
+void check_sweep_output(const SweepConfig& cfg);
+// Writes OUTPUT/layers.csv, summary.csv, summary.md and pareto.png (all or nothing: temporaries, then renamed
+// together; older files under those names are kept on any failure).
 void write_sweep_outputs(const SweepConfig& cfg, const SweepResult& r);
 std::string summary_markdown(const SweepConfig& cfg, const SweepResult& r);
 
