@@ -122,7 +122,7 @@ std::string tni_csv(const TniReport& r) {
   for (const TniRow& row : r.rows) {
     const NormDistribution& d = row.stats.norms;
     const auto& o = row.stats.outliers;
-    f += fmt::format("{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{},{:.6g},{},{},{}\n",
+    f += fmt::format("{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{},{},{},{},{},{},{:.6g},{},{},{}\n",
                      row.layer, row.kv_head, row.tensor, row.stats.token_norms.size(), d.min, d.p01, d.p05, d.p25, d.median,
                      d.p75, d.p95, d.p99, d.max, d.mean, csv(d.cv), csv(d.max_over_median), csv(d.min_over_median),
                      csv(d.tni), csv(row.stats.channels.spread), row.stats.channels.argmax_channel,

@@ -99,11 +99,7 @@ void write_eval_outputs(const EvalRequest& req, const EvalResult& r, const std::
   fs::create_directories(out_dir, ec);
   if (ec) fail("{}: cannot create the output folder ({}); choose another --out", out_dir, ec.message());
   AtomicOutput csv(fs::path(out_dir) / "eval.csv"), md(fs::path(out_dir) / "eval.md");
-  auto put = [](const AtomicOutput& o, const std::string& text) {
-    std::ofstream f(o.temp_path());
-    f << text;
-    if (!f.flush()) fail("{}: write failed (disk full?)", o.final_path().string());
-  };
+  auto put = [](AtomicOutput& o, const std::string& text) { o.write(text); };  // errors name the file and the reason
   put(csv, eval_csv(r));
   put(md, eval_markdown(req, r));
   std::unique_ptr<AtomicOutput> rcsv, rpng;

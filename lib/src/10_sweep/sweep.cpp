@@ -52,15 +52,19 @@ SweepConfig load_sweep_config(const std::string& path) {
   check_keys(n, path, "the sweep config", {"title", "output", "queries", "bits", "dumps", "recipes"});
   for (const char* req : {"output", "dumps", "recipes"})
     if (!n[req]) fail("{}: the sweep config needs '{}:'", path, req);
-  try {
-    if (n["title"]) c.title = n["title"].as<std::string>();
-    c.output = rel_to(path, n["output"].as<std::string>());
-    if (n["queries"]) c.queries = n["queries"].as<int>();
-    if (c.queries <= 0) fail("{}: queries must be positive", line_of(n["queries"], path));
-    if (n["bits"]) c.bits = parse_bits_list(n["bits"], path, "bits");
-  } catch (const YAML::Exception& e) {
-    fail("{}:{}: bad value ({})", path, e.mark.line + 1, e.msg);
-  }
+  // A value of the wrong kind names its key and what the key takes.
+  auto scalar = [&](const char* key, const char* takes, auto as) {
+    try {
+      return as(n[key]);
+    } catch (const YAML::Exception& e) {
+      fail("{}:{}: bad value for '{}:' ({}); it takes {}", path, e.mark.line + 1, key, e.msg, takes);
+    }
+  };
+  if (n["title"]) c.title = scalar("title", "a string", [](const YAML::Node& x) { return x.as<std::string>(); });
+  c.output = rel_to(path, scalar("output", "a folder path", [](const YAML::Node& x) { return x.as<std::string>(); }));
+  if (n["queries"]) c.queries = scalar("queries", "a positive integer", [](const YAML::Node& x) { return x.as<int>(); });
+  if (c.queries <= 0) fail("{}: queries must be positive", line_of(n["queries"], path));
+  if (n["bits"]) c.bits = parse_bits_list(n["bits"], path, "bits");
   if (!n["dumps"].IsSequence() || n["dumps"].size() == 0) fail("{}: 'dumps:' must list at least one dump", line_of(n["dumps"], path));
   // Row labels must tell dumps apart: a `name:` given twice is an error; file stems that collide fall
   // back to the path as written in the config; the same file listed twice is an error.
@@ -70,14 +74,17 @@ SweepConfig load_sweep_config(const std::string& path) {
     check_keys(d, path, "a dump entry", {"name", "path", "calibration"});
     if (!d["path"]) fail("{}: a dump entry needs 'path:'", line_of(d, path));
     SweepDump sd;
-    try {
-      written.push_back(d["path"].as<std::string>());
-      sd.path = rel_to(path, written.back());
-      sd.name = d["name"] ? d["name"].as<std::string>() : fs::path(sd.path).stem().string();
-      if (d["calibration"]) sd.calibration = rel_to(path, d["calibration"].as<std::string>());
-    } catch (const YAML::Exception& e) {
-      fail("{}:{}: bad value in a dump entry ({})", path, e.mark.line + 1, e.msg);
-    }
+    auto str = [&](const char* key) {
+      try {
+        return d[key].as<std::string>();
+      } catch (const YAML::Exception& e) {
+        fail("{}:{}: bad value for a dump's '{}:' ({}); it takes a string", path, e.mark.line + 1, key, e.msg);
+      }
+    };
+    written.push_back(str("path"));
+    sd.path = rel_to(path, written.back());
+    sd.name = d["name"] ? str("name") : fs::path(sd.path).stem().string();
+    if (d["calibration"]) sd.calibration = rel_to(path, str("calibration"));
     if (sd.name.empty()) fail("{}: a dump's name is empty; give it a name:", line_of(d, path));
     named.push_back(static_cast<bool>(d["name"]));
     where_of.push_back(line_of(d, path));
