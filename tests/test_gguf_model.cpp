@@ -205,3 +205,22 @@ TEST_CASE("llama2.c checkpoints keep their forward pass through the generalised 
   const GgufModel g = GgufModel::load(fixture("tiny_llama.gguf"));
   CHECK_THROWS_WITH(g.model().checkpoint(), Catch::Contains("not built from a llama2.c checkpoint"));
 }
+
+TEST_CASE("dequantize_fast equals dequantize bit for bit on every type of the dequantization fixture", "[gguf][model]") {
+  const GgufFile f = GgufFile::open(fixture("dequant.gguf"));
+  int checked = 0;
+  for (const GgufTensor& t : f.tensors()) {
+    if (!ggml_type_dequantizable(t.type)) continue;
+    INFO(t.name);
+    std::vector<float> ref(static_cast<size_t>(t.n_elements())), fast(ref.size(), -7.f);
+    dequantize_rows(t, 0, t.n_rows(), ref.data());
+    for (int64_t r = 0; r < t.n_rows(); ++r)
+      dequantize_fast(t.ggml_type(), t.data + r * t.row_bytes(), fast.data() + r * t.row_length(), t.row_length());
+    size_t differ = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+      differ += !(std::isnan(ref[i]) ? std::isnan(fast[i]) : std::memcmp(&ref[i], &fast[i], 4) == 0);
+    CHECK(differ == 0);
+    ++checked;
+  }
+  CHECK(checked >= 12);
+}

@@ -4,6 +4,7 @@
 // OpenMP parallel region), so blocks run in parallel without sharing memory.
 #include "oscar/02_model/weights.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -20,7 +21,73 @@ namespace {
 constexpr int64_t kScratchFloats = int64_t{1} << 21;
 constexpr int64_t kDecodeBlockFloats = int64_t{1} << 15;
 constexpr int kDecodeTokens = 16;  // chunks of up to this many tokens count as decode steps
+#if defined(__AVX2__) && defined(__F16C__)
+inline float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_fp32(h);
+}
+// 8 unsigned bytes (the low 8 of v) as float32.
+inline __m256 u8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+
+// Q8_0: q * d, 32 values per 34-byte block.
+void rows_q8_0(const uint8_t* b, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 32, b += 34, y += 32) {
+    const __m256 d = _mm256_set1_ps(half_at(b));
+    for (int k = 0; k < 4; ++k) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * k));
+      _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d));
+    }
+  }
+}
+
+// Q4_0 (d * (q - 8)) and Q4_1 (d * q + m): value j in the low nibble of byte j, j+16 in its high nibble.
+template <bool WithMin>
+void rows_q4(const uint8_t* b, float* y, int64_t n) {
+  constexpr int bytes = WithMin ? 20 : 18, off = WithMin ? 4 : 2;
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  const __m256i eight = _mm256_set1_epi32(8);
+  for (int64_t i = 0; i < n; i += 32, b += bytes, y += 32) {
+    const __m256 d = _mm256_set1_ps(half_at(b));
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + off));
+    const __m128i nib[2] = {_mm_and_si128(qs, mask), _mm_and_si128(_mm_srli_epi16(qs, 4), mask)};
+    for (int k = 0; k < 4; ++k) {
+      const __m128i bytes8 = (k & 1) ? _mm_srli_si128(nib[k >> 1], 8) : nib[k >> 1];
+      if constexpr (WithMin) {
+        const __m256 m = _mm256_set1_ps(half_at(b + 2));
+        _mm256_storeu_ps(y + 8 * k, _mm256_add_ps(_mm256_mul_ps(d, u8x8_to_ps(bytes8)), m));
+      } else {
+        const __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(bytes8), eight);
+        _mm256_storeu_ps(y + 8 * k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+      }
+    }
+  }
+}
+
+void rows_f16(const uint8_t* b, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 * i))));
+  for (; i < n; ++i) y[i] = half_at(b + 2 * i);
+}
+#endif
+
 }  // namespace
+
+void dequantize_fast(GgmlType type, const void* src, float* dst, int64_t n) {
+#if defined(__AVX2__) && defined(__F16C__)
+  const auto* b = static_cast<const uint8_t*>(src);
+  if (n % 32 == 0) {
+    switch (type) {
+      case GgmlType::Q8_0: return rows_q8_0(b, dst, n);
+      case GgmlType::Q4_0: return rows_q4<false>(b, dst, n);
+      case GgmlType::Q4_1: return rows_q4<true>(b, dst, n);
+      default: break;
+    }
+  }
+  if (type == GgmlType::F16) return rows_f16(b, dst, n);
+#endif
+  dequantize(type, src, dst, n);
+}
 
 int64_t linear_scratch_floats() { return kScratchFloats; }
 
@@ -59,7 +126,7 @@ void WeightMatrix::rows_to_f32(int64_t r0, int64_t n, float* dst) const {
   }
   const uint64_t rb = tensor_->row_bytes();
   const GgmlType type = tensor_->ggml_type();
-  for (int64_t r = 0; r < n; ++r) dequantize(type, tensor_->data + static_cast<uint64_t>(r0 + r) * rb, dst + r * cols_, cols_);
+  for (int64_t r = 0; r < n; ++r) dequantize_fast(type, tensor_->data + static_cast<uint64_t>(r0 + r) * rb, dst + r * cols_, cols_);
 }
 
 namespace {

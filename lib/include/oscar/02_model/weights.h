@@ -48,6 +48,11 @@ void linear(const MatrixRM& x, const WeightMatrix& W, MatrixRM& out);
 // `out.noalias() += x * W^T` does.
 void linear_add(const MatrixRM& x, const WeightMatrix& W, MatrixRM& out);
 
+// The same float32 values as dequantize() (bit for bit, except that a NaN may come out with another
+// payload), faster: AVX2 + F16C paths
+// for Q8_0, Q4_0, Q4_1 and F16 where the build targets them, dequantize() otherwise.
+void dequantize_fast(GgmlType type, const void* src, float* dst, int64_t n);
+
 // The bound on one thread's dequantization scratch (float32 values) of linear().
 int64_t linear_scratch_floats();
 
