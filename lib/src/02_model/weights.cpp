@@ -22,10 +22,11 @@ constexpr int64_t kScratchFloats = int64_t{1} << 21;
 constexpr int64_t kDecodeBlockFloats = int64_t{1} << 15;
 constexpr int kDecodeTokens = 16;  // chunks of up to this many tokens count as decode steps
 #if defined(__AVX2__) && defined(__F16C__)
+// fp16 at p to float32 by F16C (exact, as fp16_to_fp32; inlined).
 inline float half_at(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
-  return fp16_to_fp32(h);
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
 }
 // 8 unsigned bytes (the low 8 of v) as float32.
 inline __m256 u8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
@@ -49,12 +50,12 @@ void rows_q4(const uint8_t* b, float* y, int64_t n) {
   const __m256i eight = _mm256_set1_epi32(8);
   for (int64_t i = 0; i < n; i += 32, b += bytes, y += 32) {
     const __m256 d = _mm256_set1_ps(half_at(b));
+    const __m256 m = _mm256_set1_ps(WithMin ? half_at(b + 2) : 0.0f);
     const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + off));
     const __m128i nib[2] = {_mm_and_si128(qs, mask), _mm_and_si128(_mm_srli_epi16(qs, 4), mask)};
     for (int k = 0; k < 4; ++k) {
       const __m128i bytes8 = (k & 1) ? _mm_srli_si128(nib[k >> 1], 8) : nib[k >> 1];
       if constexpr (WithMin) {
-        const __m256 m = _mm256_set1_ps(half_at(b + 2));
         _mm256_storeu_ps(y + 8 * k, _mm256_add_ps(_mm256_mul_ps(d, u8x8_to_ps(bytes8)), m));
       } else {
         const __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(bytes8), eight);
