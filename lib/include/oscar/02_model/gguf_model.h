@@ -9,7 +9,7 @@
 //   const GgufModel g = GgufModel::load(path);
 //   const Model& m = g.model();           // forward / generate_greedy / KvCache(m.config()) as usual
 //   info.model_name = g.name();           // "SmolLM2-135M-Instruct.Q4_1"
-//   info.checkpoint_sha256 = g.sha256();  // of the whole file; computed on first call (streamed, ~2.5 s/GB)
+//   info.checkpoint_sha256 = g.sha256();  // of the whole file; computed on first call (streamed)
 //
 // Architecture choices, as llama.cpp runs them: llama rotates adjacent pairs (llama.cpp's normal RoPE,
 // which is why GGUF stores llama's Q/K weights permuted), qwen2 and qwen3 rotate half-split pairs (neox);
@@ -44,8 +44,9 @@ class GgufModel {
   const std::string& path() const;
   // The file name without folders and the ".gguf" suffix.
   const std::string& name() const;
-  // Lower-case hex sha256 of the whole file, streamed from disk on the first call and cached (the first
-  // call is not thread-safe; 98 MB take ~0.3 s, an 8 GB file ~20 s).
+  // Lower-case hex sha256 of the whole file, streamed from disk in 4 MiB reads on the first call and
+  // cached (the first call is not thread-safe). Lazy because it costs: SmolLM2's 98 MB take ~0.25 s from
+  // the page cache; an 8 GB file takes several seconds of CPU plus the time to read it from disk.
   const std::string& sha256() const;
   // "gguf Q4_1 (210 tensors), Q8_0 (1), F32 (61)": the stored types of the tensors in the file.
   std::string storage() const;
