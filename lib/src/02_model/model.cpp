@@ -1,6 +1,6 @@
 // model.cpp: the forward pass. One chunk of n tokens at positions p..p+n-1 per call; matrix products
-// through Eigen (multi-threaded by OpenMP), attention per query head in parallel, or by the cache itself
-// when it implements KvCache::attend().
+// through linear() (weights.h: Eigen, multi-threaded by OpenMP), attention per query head in parallel,
+// or by the cache itself when it implements KvCache::attend().
 #include "oscar/02_model/model.h"
 
 #include <omp.h>
@@ -46,34 +46,158 @@ void KvCache::attention_view(int layer, const MatrixRM*& k, const MatrixRM*& v) 
   v = &v_view_[layer];
 }
 
-Model::Model(const Checkpoint& ck) : ck_(ck) {
-  const int hd = ck.config.head_dim();
-  for (int i = 0; i < hd; i += 2) inv_freq_.push_back(1.0f / std::pow(10000.0f, static_cast<float>(i) / static_cast<float>(hd)));
+namespace {
+
+ModelWeights checkpoint_weights(const Checkpoint& ck) {
+  const ModelConfig& c = ck.config;
+  ModelWeights w;
+  w.token_embedding = WeightMatrix::f32(ck.token_embedding, c.vocab_size, c.dim);
+  w.rms_final = ck.rms_final;
+  w.classifier = WeightMatrix::f32(ck.classifier, c.vocab_size, c.dim);
+  for (const LayerWeights& L : ck.layers) {
+    ModelLayer m;
+    m.rms_att = L.rms_att;
+    m.wq = WeightMatrix::f32(L.wq, c.q_dim(), c.dim);
+    m.wk = WeightMatrix::f32(L.wk, c.kv_dim(), c.dim);
+    m.wv = WeightMatrix::f32(L.wv, c.kv_dim(), c.dim);
+    m.wo = WeightMatrix::f32(L.wo, c.dim, c.q_dim());
+    m.rms_ffn = L.rms_ffn;
+    m.w1 = WeightMatrix::f32(L.w1, c.hidden_dim, c.dim);
+    m.w2 = WeightMatrix::f32(L.w2, c.dim, c.hidden_dim);
+    m.w3 = WeightMatrix::f32(L.w3, c.hidden_dim, c.dim);
+    w.layers.push_back(m);
+  }
+  return w;
+}
+
+void check_matrix(const WeightMatrix& m, int64_t rows, int64_t cols, int layer, const char* what) {
+  if (m.rows() == rows && m.cols() == cols) return;
+  const std::string where = layer < 0 ? std::string(what) : fmt::format("layer {} {}", layer, what);
+  fail("{}{}: a {}x{} matrix (rows x cols), the model's config needs {}x{}; the weights do not belong to this config",
+       where, m.tensor() ? fmt::format(" (tensor '{}')", m.tensor()->name) : std::string(), m.rows(), m.cols(), rows, cols);
+}
+
+void check_vector(const float* v, int layer, const char* what) {
+  if (!v) fail("layer {}: {} is missing", layer, what);
+}
+
+}  // namespace
+
+Model::Model(const Checkpoint& ck) : ck_(&ck), config_(ck.config), w_(checkpoint_weights(ck)) { init_rope(); }
+
+Model::Model(const ModelConfig& config, ModelWeights weights) : config_(config), w_(std::move(weights)) {
+  const ModelConfig& c = config_;
+  if (c.dim <= 0 || c.hidden_dim <= 0 || c.n_layers <= 0 || c.vocab_size <= 0 || c.seq_len <= 0)
+    fail("model config: dim {}, hidden_dim {}, n_layers {}, vocab_size {}, seq_len {} must all be positive", c.dim,
+         c.hidden_dim, c.n_layers, c.vocab_size, c.seq_len);
+  if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0 || c.head_dim() <= 0)
+    fail("model config: {} query heads over {} KV heads of head_dim {}: the KV heads must divide the query heads",
+         c.n_heads, c.n_kv_heads, c.head_dim());
+  if (c.rope_convention != "adjacent-pairs" && c.rope_convention != "half-split")
+    fail("model config: RoPE convention '{}' is unknown (adjacent-pairs or half-split)", c.rope_convention);
+  if (c.rotary_dims() % 2 != 0 || c.rotary_dims() > c.head_dim())
+    fail("model config: RoPE over {} dims of heads of {}: must be even and at most head_dim", c.rotary_dims(), c.head_dim());
+  if (!(c.rms_eps > 0) || !(c.rope_theta > 0)) fail("model config: rms_eps {} and rope_theta {} must be positive", c.rms_eps, c.rope_theta);
+  if (static_cast<int>(w_.layers.size()) != c.n_layers)
+    fail("model weights: {} layers, the config has {}", w_.layers.size(), c.n_layers);
+  check_matrix(w_.token_embedding, c.vocab_size, c.dim, -1, "token embedding");
+  check_matrix(w_.classifier, c.vocab_size, c.dim, -1, "classifier");
+  if (!w_.rms_final) fail("model weights: the final RMSNorm weight is missing");
+  for (int l = 0; l < c.n_layers; ++l) {
+    const ModelLayer& L = w_.layers[l];
+    check_matrix(L.wq, c.q_dim(), c.dim, l, "attention q");
+    check_matrix(L.wk, c.kv_dim(), c.dim, l, "attention k");
+    check_matrix(L.wv, c.kv_dim(), c.dim, l, "attention v");
+    check_matrix(L.wo, c.dim, c.q_dim(), l, "attention output");
+    check_matrix(L.w1, c.hidden_dim, c.dim, l, "ffn gate");
+    check_matrix(L.w2, c.dim, c.hidden_dim, l, "ffn down");
+    check_matrix(L.w3, c.hidden_dim, c.dim, l, "ffn up");
+    check_vector(L.rms_att, l, "the attention RMSNorm weight");
+    check_vector(L.rms_ffn, l, "the ffn RMSNorm weight");
+    if (c.qkv_bias) {
+      check_vector(L.bq, l, "the q bias");
+      check_vector(L.bk, l, "the k bias");
+      check_vector(L.bv, l, "the v bias");
+    }
+    if (c.qk_norm) {
+      check_vector(L.q_norm, l, "the q norm weight");
+      check_vector(L.k_norm, l, "the k norm weight");
+    }
+  }
+  init_rope();
+}
+
+void Model::init_rope() {
+  // 1 / theta^(2i / rope_dims) in float, as llama2.c's run.c (and Hugging Face's inv_freq) computes it.
+  const int rd = config_.rotary_dims();
+  const float theta = static_cast<float>(config_.rope_theta);
+  inv_freq_.clear();
+  for (int i = 0; i < rd; i += 2) {
+    float f = 1.0f / std::pow(theta, static_cast<float>(i) / static_cast<float>(rd));
+    if (w_.rope_freq_factors) f /= w_.rope_freq_factors[i / 2];
+    inv_freq_.push_back(f);
+  }
+}
+
+const Checkpoint& Model::checkpoint() const {
+  if (!ck_) fail("internal: this {} model was not built from a llama2.c checkpoint", config_.architecture);
+  return *ck_;
 }
 
 namespace {
 
-void rmsnorm_rows(const MatrixRM& x, const float* w, MatrixRM& out) {
+void rmsnorm_rows(const MatrixRM& x, const float* w, float eps, MatrixRM& out) {
   out.resize(x.rows(), x.cols());
   const Eigen::Map<const Eigen::RowVectorXf> wv(w, x.cols());
   for (Eigen::Index t = 0; t < x.rows(); ++t) {
-    float ss = x.row(t).squaredNorm() / static_cast<float>(x.cols()) + 1e-5f;
+    float ss = x.row(t).squaredNorm() / static_cast<float>(x.cols()) + eps;
     out.row(t) = x.row(t).cwiseProduct(wv) * (1.0f / std::sqrt(ss));
   }
 }
 
-// Rotates adjacent pairs (2i, 2i+1) of every head by angle pos * inv_freq[i] (llama2.c's RoPE).
-void apply_rope(MatrixRM& x, int head_dim, int first_pos, const std::vector<float>& inv_freq) {
-  for (Eigen::Index t = 0; t < x.rows(); ++t) {
-    const float pos = static_cast<float>(first_pos + t);
-    float* row = x.row(t).data();
-    for (int c = 0; c < x.cols(); c += 2) {
-      const float val = pos * inv_freq[(c % head_dim) / 2];
-      const float fcr = std::cos(val), fci = std::sin(val);
-      const float v0 = row[c], v1 = row[c + 1];
-      row[c] = v0 * fcr - v1 * fci;
-      row[c + 1] = v0 * fci + v1 * fcr;
+// In place: RMSNorm of every head (head_dim columns) of every row with the weight w [head_dim] (qwen3).
+void rmsnorm_heads(MatrixRM& x, int head_dim, const float* w, float eps) {
+  const Eigen::Map<const Eigen::RowVectorXf> wv(w, head_dim);
+  for (Eigen::Index t = 0; t < x.rows(); ++t)
+    for (Eigen::Index h = 0; h < x.cols() / head_dim; ++h) {
+      auto seg = x.row(t).segment(h * head_dim, head_dim);
+      const float ss = seg.squaredNorm() / static_cast<float>(head_dim) + eps;
+      seg = seg.cwiseProduct(wv) * (1.0f / std::sqrt(ss));
     }
+}
+
+// cos and sin of angle pos * inv_freq[i] for the chunk's positions: [n, rotary_dims/2] each.
+struct RopeTable {
+  MatrixRM cos, sin;
+  RopeTable(int n, int first_pos, const std::vector<float>& inv_freq) : cos(n, inv_freq.size()), sin(n, inv_freq.size()) {
+    for (int t = 0; t < n; ++t) {
+      const float pos = static_cast<float>(first_pos + t);
+      for (size_t i = 0; i < inv_freq.size(); ++i) {
+        const float val = pos * inv_freq[i];
+        cos(t, static_cast<Eigen::Index>(i)) = std::cos(val);
+        sin(t, static_cast<Eigen::Index>(i)) = std::sin(val);
+      }
+    }
+  }
+};
+
+// Rotates the pairs of every head: adjacent (2i, 2i+1) or half-split (i, i + rotary_dims/2), i below
+// rotary_dims/2; channels past rotary_dims stay.
+void apply_rope(MatrixRM& x, int head_dim, bool adjacent, const RopeTable& rt) {
+  const int half = static_cast<int>(rt.cos.cols());
+  const int stride = adjacent ? 2 : 1, partner = adjacent ? 1 : half;
+  for (Eigen::Index t = 0; t < x.rows(); ++t) {
+    float* row = x.row(t).data();
+    const float* cs = rt.cos.row(t).data();
+    const float* sn = rt.sin.row(t).data();
+    for (int h0 = 0; h0 < x.cols(); h0 += head_dim)
+      for (int i = 0; i < half; ++i) {
+        const int c = h0 + i * stride;
+        const float fcr = cs[i], fci = sn[i];
+        const float v0 = row[c], v1 = row[c + partner];
+        row[c] = v0 * fcr - v1 * fci;
+        row[c + partner] = v0 * fci + v1 * fcr;
+      }
   }
 }
 
@@ -106,12 +230,16 @@ void attend_cpu(KvCache& cache, int layer, const MatrixRM& q, int p0, int hd, in
   }
 }
 
+void add_bias(MatrixRM& x, const float* b) {
+  if (b) x.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(b, x.cols());
+}
+
 }  // namespace
 
 MatrixRM Model::forward(std::span<const int> tokens, KvCache& cache, const LayerCallback& on_layer) const {
-  const ModelConfig& c = ck_.config;
+  const ModelConfig& c = config_;
   const int n = static_cast<int>(tokens.size()), p0 = cache.length(), hd = c.head_dim();
-  const int qd = c.n_heads * hd, kvd = c.kv_dim(), group = c.n_heads / c.n_kv_heads;
+  const int qd = c.q_dim(), group = c.n_heads / c.n_kv_heads;
   if (n == 0) return MatrixRM(0, c.vocab_size);
   if (p0 + n > c.seq_len)
     fail("{} tokens at position {} exceed the model's context of {} tokens (seq_len); use --tokens {} or fewer",
@@ -119,34 +247,43 @@ MatrixRM Model::forward(std::span<const int> tokens, KvCache& cache, const Layer
   MatrixRM x(n, c.dim);
   for (int t = 0; t < n; ++t) {
     if (tokens[t] < 0 || tokens[t] >= c.vocab_size) fail("token id {} at position {} is outside the vocabulary ({})", tokens[t], p0 + t, c.vocab_size);
-    x.row(t) = ConstMapRM(ck_.token_embedding + static_cast<int64_t>(tokens[t]) * c.dim, 1, c.dim);
+    w_.token_embedding.rows_to_f32(tokens[t], 1, x.row(t).data());
   }
+  const float eps = static_cast<float>(c.rms_eps);
+  const bool adjacent = c.rope_convention == "adjacent-pairs";
+  const RopeTable rope(n, p0, inv_freq_);
   MatrixRM xb, q_pre, k_pre, q, k, v, att_out(n, qd), h1, h3;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& W = ck_.layers[l];
-    rmsnorm_rows(x, W.rms_att, xb);
-    q_pre.noalias() = xb * ConstMapRM(W.wq, qd, c.dim).transpose();
-    k_pre.noalias() = xb * ConstMapRM(W.wk, kvd, c.dim).transpose();
-    v.noalias() = xb * ConstMapRM(W.wv, kvd, c.dim).transpose();
+    const ModelLayer& W = w_.layers[l];
+    rmsnorm_rows(x, W.rms_att, eps, xb);
+    linear(xb, W.wq, q_pre);
+    linear(xb, W.wk, k_pre);
+    linear(xb, W.wv, v);
+    add_bias(q_pre, W.bq);
+    add_bias(k_pre, W.bk);
+    add_bias(v, W.bv);
+    if (W.q_norm) rmsnorm_heads(q_pre, hd, W.q_norm, eps);
+    if (W.k_norm) rmsnorm_heads(k_pre, hd, W.k_norm, eps);
     q = q_pre;
     k = k_pre;
-    apply_rope(q, hd, p0, inv_freq_);
-    apply_rope(k, hd, p0, inv_freq_);
+    apply_rope(q, hd, adjacent, rope);
+    apply_rope(k, hd, adjacent, rope);
     if (on_layer) on_layer(LayerQKV{l, p0, q_pre, k_pre, q, k, v});
     cache.append(l, k, v);
     if (!cache.attend(l, q, att_out)) attend_cpu(cache, l, q, p0, hd, group, scale, att_out);
-    x.noalias() += att_out * ConstMapRM(W.wo, c.dim, qd).transpose();
-    rmsnorm_rows(x, W.rms_ffn, xb);
-    h1.noalias() = xb * ConstMapRM(W.w1, c.hidden_dim, c.dim).transpose();
-    h3.noalias() = xb * ConstMapRM(W.w3, c.hidden_dim, c.dim).transpose();
+    linear_add(att_out, W.wo, x);
+    rmsnorm_rows(x, W.rms_ffn, eps, xb);
+    linear(xb, W.w1, h1);
+    linear(xb, W.w3, h3);
     h1 = h1.array() / (1.0f + (-h1.array()).exp());  // SiLU
     h1 = h1.cwiseProduct(h3);
-    x.noalias() += h1 * ConstMapRM(W.w2, c.dim, c.hidden_dim).transpose();
+    linear_add(h1, W.w2, x);
   }
   cache.advance(n);
-  rmsnorm_rows(x, ck_.rms_final, xb);
-  MatrixRM logits = xb * ConstMapRM(ck_.classifier, c.vocab_size, c.dim).transpose();
+  rmsnorm_rows(x, w_.rms_final, eps, xb);
+  MatrixRM logits;
+  linear(xb, w_.classifier, logits);
   return logits;
 }
 

@@ -11,11 +11,27 @@
 
 namespace oscar {
 
+// The shape and the architectural choices of a decoder-only transformer. llama2.c checkpoints set only
+// the first line; the defaults of the rest are llama2.c's fixed choices (the forward pass then runs the
+// same float arithmetic as before these fields existed). GGUF models (gguf_model.h) set them all.
 struct ModelConfig {
   int dim = 0, hidden_dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, vocab_size = 0, seq_len = 0;
-  bool shared_classifier = true;
-  int head_dim() const { return dim / n_heads; }
+  bool shared_classifier = true;       // tied output: the classifier is the token embedding
+  std::string architecture = "llama";  // "llama" (llama2.c and GGUF llama), "qwen2", "qwen3"
+  int head_dim_explicit = 0;           // per-head width when set (qwen3: not dim / n_heads); 0: dim / n_heads
+  double rope_theta = 10000.0;         // RoPE base
+  // "adjacent-pairs": rotates channels (2i, 2i+1) of a head (llama2.c, llama.cpp's normal RoPE);
+  // "half-split": rotates (i, i + rope_dims/2) (llama.cpp's neox RoPE, Hugging Face rotate_half).
+  std::string rope_convention = "adjacent-pairs";
+  int rope_dims = 0;                   // leading channels of a head that RoPE rotates; 0: all
+  double rms_eps = 1e-5;               // RMSNorm epsilon (added to the mean square, in float)
+  bool qk_norm = false;                // per-head RMSNorm of q and k before RoPE (qwen3)
+  bool qkv_bias = false;               // q/k/v projections carry biases (qwen2)
+
+  int head_dim() const { return head_dim_explicit > 0 ? head_dim_explicit : dim / n_heads; }
+  int q_dim() const { return n_heads * head_dim(); }
   int kv_dim() const { return n_kv_heads * head_dim(); }
+  int rotary_dims() const { return rope_dims > 0 ? rope_dims : head_dim(); }
 };
 
 using MatrixRM = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;

@@ -1,14 +1,19 @@
-// model.h: a float32 Llama forward pass on the CPU (llama2.c's architecture: RMSNorm, RoPE on adjacent
-// pairs with theta 10000, grouped-query attention, SwiGLU). Tokens are processed in chunks appended to
-// a KvCache; attention reads the cache through KvCache::attention_view(), the seam where a quantized
-// cache policy substitutes what the model attends to, unless the cache computes attention itself
-// (KvCache::attend(), e.g. GpuKvCache through the CUDA decode kernels).
+// model.h: a float32 decoder-only transformer forward pass on the CPU: llama2.c's Llama (RMSNorm, RoPE on
+// adjacent pairs, grouped-query attention, SwiGLU, tied or separate classifier) and the GGUF
+// architectures of gguf_model.h (llama, qwen2 with q/k/v biases, qwen3 with per-head q/k RMSNorm; RoPE
+// on adjacent pairs or half-split, any base, explicit head_dim). Activations are float32; weights are
+// WeightMatrix views (float32, or a GGUF tensor in its stored type, dequantized block by block). Tokens
+// are processed in chunks appended to a KvCache; attention reads the cache through
+// KvCache::attention_view(), the seam where a quantized cache policy substitutes what the model attends
+// to, unless the cache computes attention itself (KvCache::attend(), e.g. GpuKvCache through the CUDA
+// decode kernels).
 #pragma once
 #include <functional>
 #include <span>
 #include <vector>
 
 #include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/weights.h"
 
 namespace oscar {
 
@@ -17,6 +22,8 @@ namespace oscar {
 struct LayerQKV {
   int layer;
   int first_position;  // position of row 0
+  // What RoPE receives: the projections (plus the biases of qwen2); for qwen3 after the per-head q/k
+  // RMSNorm. With adjacent-pairs RoPE on a GGUF llama, channels are in the file's (permuted) order.
   const MatrixRM& q_pre;  // [n, n_heads*head_dim] before RoPE
   const MatrixRM& k_pre;  // [n, kv_dim] before RoPE
   const MatrixRM& q;      // after RoPE
@@ -52,19 +59,53 @@ class KvCache {
   std::vector<MatrixRM> k_view_, v_view_;
 };
 
+// One transformer block's weights (views). Biases and the q/k norms are null when the architecture has
+// none.
+struct ModelLayer {
+  const float* rms_att = nullptr;  // [dim]
+  WeightMatrix wq, wk, wv;         // [q_dim, dim], [kv_dim, dim], [kv_dim, dim]
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr;  // [q_dim], [kv_dim], [kv_dim] (qwen2)
+  const float *q_norm = nullptr, *k_norm = nullptr;          // [head_dim] each (qwen3)
+  WeightMatrix wo;                 // [dim, q_dim]
+  const float* rms_ffn = nullptr;  // [dim]
+  WeightMatrix w1, w2, w3;         // gate [hidden, dim], down [dim, hidden], up [hidden, dim]
+};
+
+struct ModelWeights {
+  WeightMatrix token_embedding;  // [vocab, dim]
+  std::vector<ModelLayer> layers;
+  const float* rms_final = nullptr;  // [dim]
+  WeightMatrix classifier;           // [vocab, dim] (the embedding when tied)
+  // Per rotated pair i, RoPE's frequency is divided by rope_freq_factors[i] (llama 3.1's rope_freqs
+  // tensor); null: no factors.
+  const float* rope_freq_factors = nullptr;
+};
+
 class Model {
  public:
+  // A llama2.c checkpoint; `ck` must outlive the model. Runs the same float arithmetic as the
+  // pre-GGUF forward pass (results bit-identical).
   explicit Model(const Checkpoint& ck);
-  const ModelConfig& config() const { return ck_.config; }
-  const Checkpoint& checkpoint() const { return ck_; }
+  // Any supported architecture over weight views whose storage the caller keeps alive (GgufModel does).
+  // Throws Error when a weight's shape disagrees with the config (naming it) or the config is
+  // inconsistent (heads, RoPE convention and dims).
+  Model(const ModelConfig& config, ModelWeights weights);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return w_; }
+  // The llama2.c checkpoint the model was built from; throws Error for a model built from weights.
+  const Checkpoint& checkpoint() const;
 
   // Runs `tokens` at positions cache.length().. and appends them to the cache. Returns the logits
   // [tokens.size(), vocab]. `on_layer`, when set, sees each layer's q/k/v of this chunk.
   MatrixRM forward(std::span<const int> tokens, KvCache& cache, const LayerCallback& on_layer = {}) const;
 
  private:
-  const Checkpoint& ck_;
-  std::vector<float> inv_freq_;  // RoPE frequencies per pair within a head
+  void init_rope();
+  const Checkpoint* ck_ = nullptr;
+  ModelConfig config_;
+  ModelWeights w_;
+  std::vector<float> inv_freq_;  // RoPE frequency per rotated pair within a head
 };
 
 // Mean next-token cross-entropy (nats) of logits row t predicting tokens[t+1], t in [0, T-1).

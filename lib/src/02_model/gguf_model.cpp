@@ -1,0 +1,195 @@
+// gguf_model.cpp: GgufModel: the tensor map of llama/qwen2/qwen3 GGUF files (names, shapes, types)
+// checked and turned into ModelWeights views; small vectors converted to float32; the file's sha256
+// streamed lazily.
+#include "oscar/02_model/gguf_model.h"
+
+#include <openssl/evp.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "oscar/01_core/error.h"
+
+namespace oscar {
+
+struct GgufModel::Impl {
+  GgufFile file;
+  GgufModelConfig gc;
+  std::string path, name;
+  std::vector<std::vector<float>> vectors;  // norm weights, biases, RoPE factors as float32
+  std::unique_ptr<Model> model;
+  mutable std::string sha;
+
+  explicit Impl(GgufFile f) : file(std::move(f)) {}
+
+  const GgufTensor& need(const std::string& tensor) const {
+    if (!file.has_tensor(tensor))
+      fail("{}: tensor '{}' is missing, which a {} model needs; the file is incomplete or not a {} model", path, tensor,
+           gc.architecture, gc.architecture);
+    const GgufTensor& t = file.tensor(tensor);
+    if (!ggml_type_dequantizable(t.type))
+      fail("{}: tensor '{}' is stored as {} (ggml type {}), which oscar-kv cannot dequantize; supported types: {}; use "
+           "a file quantized to one of them (e.g. Q8_0, Q4_K_M)",
+           path, tensor, t.type_name(), t.type, ggml_dequantizable_types());
+    return t;
+  }
+
+  // A [rows, cols] weight matrix: ggml dims {cols, rows}.
+  WeightMatrix matrix(const std::string& tensor, int64_t rows, int64_t cols) const {
+    const GgufTensor& t = need(tensor);
+    if (t.dims != std::vector<int64_t>{cols, rows})
+      fail("{}: tensor '{}' has shape {} (ggml order), expected {}x{} from the metadata ({} model, embedding {}, {} "
+           "heads / {} KV heads of {}, feed-forward {}); the file is inconsistent",
+           path, tensor, t.shape_string(), cols, rows, gc.architecture, gc.dim, gc.n_heads, gc.n_kv_heads, gc.head_dim,
+           gc.ffn_dim);
+    return WeightMatrix::gguf(t);
+  }
+
+  // A vector of `n` values, converted to float32 and kept.
+  const float* vector(const std::string& tensor, int64_t n) {
+    const GgufTensor& t = need(tensor);
+    if (t.dims != std::vector<int64_t>{n})
+      fail("{}: tensor '{}' has shape {}, expected a vector of {} values from the metadata; the file is inconsistent",
+           path, tensor, t.shape_string(), n);
+    std::vector<float>& v = vectors.emplace_back(static_cast<size_t>(n));
+    dequantize_rows(t, 0, 1, v.data());
+    return v.data();
+  }
+};
+
+ModelConfig model_config_from_gguf(const GgufModelConfig& g) {
+  ModelConfig c;
+  c.dim = g.dim;
+  c.hidden_dim = g.ffn_dim;
+  c.n_layers = g.n_layers;
+  c.n_heads = g.n_heads;
+  c.n_kv_heads = g.n_kv_heads;
+  c.vocab_size = g.vocab_size;
+  c.seq_len = g.context_length;
+  c.shared_classifier = g.tied_output;
+  c.architecture = g.architecture;
+  c.head_dim_explicit = g.head_dim;
+  c.rope_theta = g.rope_base;
+  c.rope_convention = g.rope_convention;
+  c.rope_dims = g.rope_dims;
+  c.rms_eps = g.rms_eps;
+  c.qk_norm = g.qk_norm;
+  c.qkv_bias = g.qkv_bias;
+  return c;
+}
+
+GgufModel::GgufModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GgufModel::GgufModel(GgufModel&&) noexcept = default;
+GgufModel& GgufModel::operator=(GgufModel&&) noexcept = default;
+GgufModel::~GgufModel() = default;
+
+GgufModel GgufModel::load(const std::string& path) {
+  auto m = std::make_unique<Impl>(GgufFile::open(path));
+  m->path = path;
+  std::string name = std::filesystem::path(path).filename().string();
+  if (name.size() > 5 && name.ends_with(".gguf")) name.resize(name.size() - 5);
+  m->name = name;
+  m->gc = read_model_config(m->file);
+  const GgufModelConfig& g = m->gc;
+  const std::string a = g.architecture + ".";
+  if (m->file.has(a + "rope.scaling.type")) {
+    const std::string type = m->file.get_string(a + "rope.scaling.type");
+    const double factor = m->file.has(a + "rope.scaling.factor") ? m->file.get_f64(a + "rope.scaling.factor") : 1.0;
+    if (type != "none" && factor != 1.0)
+      fail("{}: RoPE scaling '{}' (factor {}) is not supported by oscar-kv's forward pass; use a model without RoPE "
+           "scaling",
+           path, type, factor);
+  }
+  if (g.architecture == "qwen3" && !g.qk_norm)
+    fail("{}: a qwen3 model needs tensor 'blk.0.attn_q_norm.weight', which is missing; the file is incomplete", path);
+  if (g.architecture != "qwen3" && g.qk_norm)
+    fail("{}: tensor 'blk.0.attn_q_norm.weight' (q/k norm) is present in a {} model, which has none; the file is "
+         "inconsistent",
+         path, g.architecture);
+  if (g.architecture != "qwen2" && g.qkv_bias)
+    fail("{}: tensor 'blk.0.attn_q.bias' is present in a {} model, which oscar-kv runs without q/k/v biases; the file "
+         "is inconsistent",
+         path, g.architecture);
+
+  const ModelConfig c = model_config_from_gguf(g);
+  const int64_t d = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), hid = c.hidden_dim, V = c.vocab_size, hd = c.head_dim();
+  ModelWeights w;
+  w.token_embedding = m->matrix("token_embd.weight", V, d);
+  w.classifier = g.tied_output ? w.token_embedding : m->matrix("output.weight", V, d);
+  w.rms_final = m->vector("output_norm.weight", d);
+  if (m->file.has_tensor("rope_freqs.weight")) w.rope_freq_factors = m->vector("rope_freqs.weight", c.rotary_dims() / 2);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    ModelLayer L;
+    L.rms_att = m->vector(b + "attn_norm.weight", d);
+    L.wq = m->matrix(b + "attn_q.weight", qd, d);
+    L.wk = m->matrix(b + "attn_k.weight", kvd, d);
+    L.wv = m->matrix(b + "attn_v.weight", kvd, d);
+    if (c.qkv_bias) {
+      L.bq = m->vector(b + "attn_q.bias", qd);
+      L.bk = m->vector(b + "attn_k.bias", kvd);
+      L.bv = m->vector(b + "attn_v.bias", kvd);
+    }
+    if (c.qk_norm) {
+      L.q_norm = m->vector(b + "attn_q_norm.weight", hd);
+      L.k_norm = m->vector(b + "attn_k_norm.weight", hd);
+    }
+    L.wo = m->matrix(b + "attn_output.weight", d, qd);
+    L.rms_ffn = m->vector(b + "ffn_norm.weight", d);
+    L.w1 = m->matrix(b + "ffn_gate.weight", hid, d);
+    L.w2 = m->matrix(b + "ffn_down.weight", d, hid);
+    L.w3 = m->matrix(b + "ffn_up.weight", hid, d);
+    w.layers.push_back(std::move(L));
+  }
+  if (m->file.has_tensor("blk." + std::to_string(c.n_layers) + ".attn_norm.weight"))
+    fail("{}: tensors of block {} exist but the metadata says {} blocks; the file is inconsistent", path, c.n_layers,
+         c.n_layers);
+  m->model = std::make_unique<Model>(c, std::move(w));
+  return GgufModel(std::move(m));
+}
+
+const Model& GgufModel::model() const { return *impl_->model; }
+const GgufModelConfig& GgufModel::gguf_config() const { return impl_->gc; }
+const GgufFile& GgufModel::file() const { return impl_->file; }
+const std::string& GgufModel::path() const { return impl_->path; }
+const std::string& GgufModel::name() const { return impl_->name; }
+
+const std::string& GgufModel::sha256() const {
+  if (!impl_->sha.empty()) return impl_->sha;
+  std::ifstream in(impl_->path, std::ios::binary);
+  if (!in) fail("{}: cannot be read to compute its sha256; check that the file still exists", impl_->path);
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) fail("sha256: OpenSSL digest failed");
+  std::vector<char> buf(size_t{1} << 22);
+  uint64_t total = 0;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto got = in.gcount();
+    if (got > 0 && EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(got)) != 1) fail("sha256: OpenSSL digest failed");
+    total += static_cast<uint64_t>(got);
+  }
+  if (total != impl_->file.file_size())
+    fail("{}: read {} bytes for its sha256 but the file had {} when opened; it changed while in use", impl_->path, total,
+         impl_->file.file_size());
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_DigestFinal_ex(ctx.get(), md, &len) != 1) fail("sha256: OpenSSL digest failed");
+  std::string hex;
+  for (unsigned int i = 0; i < len; ++i) hex += fmt::format("{:02x}", md[i]);
+  impl_->sha = hex;
+  return impl_->sha;
+}
+
+std::string GgufModel::storage() const {
+  std::map<std::string, int> count;
+  std::vector<std::string> order;
+  for (const auto& t : impl_->file.tensors())
+    if (count[t.type_name()]++ == 0) order.push_back(t.type_name());
+  std::string s = "gguf";
+  for (size_t i = 0; i < order.size(); ++i)
+    s += fmt::format("{} {} ({} tensor{})", i ? "," : "", order[i], count[order[i]], count[order[i]] == 1 ? "" : "s");
+  return s;
+}
+
+}  // namespace oscar
