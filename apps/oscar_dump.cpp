@@ -1,12 +1,12 @@
-// oscar-dump: runs a llama2.c checkpoint over a passage of a text and writes its Q/K/V (dump format v1).
+// oscar-dump: runs a llama2.c checkpoint or a GGUF model over a passage of a text and writes its Q/K/V (dump format v1).
 #include "app_main.h"
 #include "oscar/03_dump/dump_passage.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-dump: dump a passage's queries, keys and values (before and after RoPE) to HDF5"};
   oscar::DumpRequest r;
-  app.add_option("--model", r.model, "llama2.c checkpoint (float32 .bin, or oscar-kv's float16 form)")->required()->check(oscar::cli::not_a_folder());
-  app.add_option("--tokenizer", r.tokenizer, "llama2.c tokenizer.bin")->required()->check(oscar::cli::not_a_folder());
+  app.add_option("--model", r.model, "llama2.c checkpoint (float32 .bin, or oscar-kv's float16 form), or a GGUF file (llama, qwen2, qwen3)")->required()->check(oscar::cli::not_a_folder());
+  app.add_option("--tokenizer", r.tokenizer, "llama2.c tokenizer.bin (not with a GGUF file, which carries its tokenizer)")->check(oscar::cli::not_a_folder());
   app.add_option("--text", r.text, "text file, one line per verse/paragraph (plain or .gz)")->required()->check(oscar::cli::not_a_folder());
   app.add_option("--offset", r.offset, "first line of the passage (negative: counted from the end)")->default_val(0);
   app.add_option("--tokens", r.tokens, "passage length in tokens, BOS included")->default_val(512);

@@ -75,8 +75,14 @@ static bool merges_cross_newlines(const Tokenizer& tok) {
   return false;
 }
 
-Passage select_passage(const std::string& path, const std::vector<std::string>& lines, long offset, int tokens,
-                       const Tokenizer& tok, const PassageOptions& o) {
+namespace {
+
+// Lines [first..] joined by '\n', encoded by `encode` (BOS as the tokenizer adds it), cut to `tokens` ids.
+// With `whole` the rest of the text is encoded at once; otherwise a prefix of lines that doubles until the
+// ids exceed `tokens` by `margin` (so that where the prefix ends cannot change the ids kept).
+template <class Encode>
+Passage select_with(const std::string& path, const std::vector<std::string>& lines, long offset, int tokens, Encode encode,
+                    bool whole, long margin, const PassageOptions& o) {
   const long n = static_cast<long>(lines.size());
   if (n == 0) fail("{}: the text is empty", path);
   const long first = offset < 0 ? n + offset : offset;
@@ -84,7 +90,6 @@ Passage select_passage(const std::string& path, const std::vector<std::string>& 
     fail("{}: {} {} is outside the text, which has {} lines (use 0..{} or -{}..-1)", path, o.offset, offset, n, n - 1, n);
   if (tokens < 2) fail("{} {} is too few: a passage needs at least 2 tokens", o.tokens, tokens);
   Passage p{path, first, n, {}};
-  const bool whole = merges_cross_newlines(tok);
   long take = whole ? n - first : std::min(n - first, 16L);
   for (;;) {
     std::string text;
@@ -92,8 +97,8 @@ Passage select_passage(const std::string& path, const std::vector<std::string>& 
       if (i > first) text += '\n';
       text += lines[i];
     }
-    std::vector<int> ids = tok.encode(text, true, false);
-    if (static_cast<long>(ids.size()) >= tokens + 1 || first + take == n) {
+    std::vector<int> ids = encode(text);
+    if (static_cast<long>(ids.size()) >= tokens + margin || first + take == n) {
       if (static_cast<long>(ids.size()) < tokens)
         fail("{}: {} {} is beyond the text: only {} tokens follow line {} ({} {}); lower {} or {}", path, o.tokens, tokens,
              ids.size(), first, o.offset, offset, o.tokens, o.offset);
@@ -103,6 +108,19 @@ Passage select_passage(const std::string& path, const std::vector<std::string>& 
     }
     take = std::min(n - first, take * 2);
   }
+}
+
+}  // namespace
+
+Passage select_passage(const std::string& path, const std::vector<std::string>& lines, long offset, int tokens,
+                       const Tokenizer& tok, const PassageOptions& o) {
+  return select_with(path, lines, offset, tokens, [&](const std::string& t) { return tok.encode(t, true, false); },
+                     merges_cross_newlines(tok), 1, o);
+}
+
+Passage select_passage(const std::string& path, const std::vector<std::string>& lines, long offset, int tokens,
+                       const BpeTokenizer& tok, const PassageOptions& o) {
+  return select_with(path, lines, offset, tokens, [&](const std::string& t) { return tok.encode(t); }, false, 64, o);
 }
 
 }  // namespace oscar

@@ -4,8 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <memory>
+#include <optional>
 
+#include "oscar/02_model/bpe_tokenizer.h"
 #include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/gguf_model.h"
+#include "oscar/02_model/gguf_vocab.h"
 #include "oscar/03_dump/dump.h"
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/output_files.h"
@@ -16,59 +21,113 @@
 
 namespace oscar {
 
+bool is_gguf(const std::string& path) { return std::filesystem::path(path).extension() == ".gguf"; }
+
+namespace {
+
+// What the dump needs of a model, from a llama2.c checkpoint (+ its tokenizer file) or a GGUF file (which
+// carries its tokenizer).
+struct LoadedModel {
+  std::string name, sha256, tokenizer_source, encoding;
+  ModelConfig config;
+  std::unique_ptr<Checkpoint> ck;  // heap: the Model keeps a reference to it
+  std::optional<GgufModel> gguf;
+  std::optional<Tokenizer> tok;
+  std::optional<BpeTokenizer> bpe;
+  std::unique_ptr<Model> llama2c;
+  const Model& model() const { return gguf ? gguf->model() : *llama2c; }
+  std::string display(int id) const { return bpe ? bpe->piece(id) : tok->display(id); }
+};
+
+LoadedModel load_for_dump(const DumpRequest& req) {
+  LoadedModel m;
+  if (is_gguf(req.model)) {
+    if (!req.tokenizer.empty())
+      fail("{}: a GGUF file carries its own tokenizer; drop --tokenizer {}", req.model, req.tokenizer);
+    m.gguf.emplace(GgufModel::load(req.model));
+    m.bpe.emplace(vocab_spec_from_gguf(m.gguf->file()), req.model);
+    m.config = m.gguf->config();
+    m.name = m.gguf->name();
+    m.sha256 = m.gguf->sha256();
+    m.tokenizer_source = req.model;
+    m.encoding = fmt::format("the GGUF's {} tokenizer{}", m.bpe->spec().model, m.bpe->spec().add_bos ? " with BOS" : " (no BOS)");
+    if (m.bpe->vocab_size() != m.config.vocab_size)
+      fail("{}: the tokenizer has {} tokens but the model's embedding {} rows; the file is inconsistent", req.model,
+           m.bpe->vocab_size(), m.config.vocab_size);
+  } else {
+    if (req.tokenizer.empty()) fail("{}: a llama2.c checkpoint needs --tokenizer (its tokenizer.bin)", req.model);
+    m.ck = std::make_unique<Checkpoint>(load_checkpoint(req.model));
+    m.tok.emplace(Tokenizer::load(req.tokenizer, m.ck->config.vocab_size));
+    m.config = m.ck->config;
+    m.name = m.ck->name;
+    m.sha256 = m.ck->sha256;
+    m.tokenizer_source = req.tokenizer;
+    m.encoding = "BOS + llama2.c encoding";
+    m.llama2c = std::make_unique<Model>(*m.ck);
+  }
+  return m;
+}
+
+}  // namespace
+
 DumpSummary dump_passage(const DumpRequest& req) {
   const auto t0 = std::chrono::steady_clock::now();
   if (req.dtype != "float32" && req.dtype != "float16") fail("--dtype {} is not supported (use float32 or float16)", req.dtype);
   check_output_file(req.out);  // before loading anything; DumpWriter checks the room once the size is known
-  const Checkpoint ck = load_checkpoint(req.model);
-  const Tokenizer tok = Tokenizer::load(req.tokenizer, ck.config.vocab_size);
+  const LoadedModel lm = load_for_dump(req);
+  const ModelConfig& cfg = lm.config;
   const auto lines = read_lines(req.text);
-  if (req.tokens > ck.config.seq_len)
+  if (req.tokens > cfg.seq_len)
     fail("--tokens {} is beyond the model's context: {} has seq_len {}; use --tokens {} or fewer", req.tokens, req.model,
-         ck.config.seq_len, ck.config.seq_len);
-  const Passage p = select_passage(req.text, lines, req.offset, req.tokens, tok);
+         cfg.seq_len, cfg.seq_len);
+  const Passage p = lm.bpe ? select_passage(req.text, lines, req.offset, req.tokens, *lm.bpe)
+                           : select_passage(req.text, lines, req.offset, req.tokens, *lm.tok);
 
   DumpInfo info;
-  info.model_name = ck.name;
-  info.checkpoint_sha256 = ck.sha256;
-  info.n_layers = ck.config.n_layers;
-  info.n_heads = ck.config.n_heads;
-  info.n_kv_heads = ck.config.n_kv_heads;
-  info.head_dim = ck.config.head_dim();
-  info.text_source = fmt::format("{} lines {}.. ({} of {} lines), BOS + llama2.c encoding, first {} tokens",
+  info.model_name = lm.name;
+  info.checkpoint_sha256 = lm.sha256;
+  info.n_layers = cfg.n_layers;
+  info.n_heads = cfg.n_heads;
+  info.n_kv_heads = cfg.n_kv_heads;
+  info.head_dim = cfg.head_dim();
+  if (lm.gguf) {
+    info.rope_convention = lm.gguf->gguf_config().rope_convention;
+    info.rope_theta = lm.gguf->gguf_config().rope_base;
+  }
+  info.text_source = fmt::format("{} lines {}.. ({} of {} lines), {}, first {} tokens",
                                  std::filesystem::path(req.text).filename().string(), p.first_line,
-                                 p.lines_total - p.first_line, p.lines_total, p.tokens.size());
+                                 p.lines_total - p.first_line, p.lines_total, lm.encoding, p.tokens.size());
   info.token_count = static_cast<long>(p.tokens.size());
   info.storage_dtype = req.dtype;
   info.producer = "oscar-dump " OSCAR_VERSION;
   std::vector<std::string> text;
-  for (int id : p.tokens) text.push_back(tok.display(id));
+  for (int id : p.tokens) text.push_back(lm.display(id));
 
-  const Model model(ck);
-  KvCache cache(ck.config);
+  const Model& model = lm.model();
+  KvCache cache(cfg);
   DumpWriter w(req.out, info, p.tokens, text);
-  Progress bar("forward + dump", ck.config.n_layers, req.progress);
+  Progress bar("forward + dump", cfg.n_layers, req.progress);
   const MatrixRM logits = model.forward(p.tokens, cache, [&](const LayerQKV& a) {
     w.write_layer(a);  // streamed: each layer goes to disk as the forward pass produces it
     bar.advance();
   });
   bar.done();
   DumpSummary s;
-  s.model_name = ck.name;
+  s.model_name = lm.name;
   s.tokens = static_cast<int>(p.tokens.size());
   s.first_line = p.first_line;
   s.mean_loss = mean_next_token_loss(logits, p.tokens);
-  const double uniform = std::log(static_cast<double>(ck.config.vocab_size));
+  const double uniform = std::log(static_cast<double>(cfg.vocab_size));
   if (!(s.mean_loss <= uniform)) {  // NaN too
     const std::string why = fmt::format(
         "the passage's mean next-token loss is {:.2f} nats, above the {:.2f} nats of a uniform guess over the {} tokens "
         "of the vocabulary: the tokenizer probably does not belong to the model {} (or the text is nothing like its "
         "training text)",
-        s.mean_loss, uniform, ck.config.vocab_size, req.model);
+        s.mean_loss, uniform, cfg.vocab_size, req.model);
     if (!req.allow_high_loss)
-      fail("{}: {}; use the tokenizer the model was trained with, or pass --allow-high-loss to keep the dump", req.tokenizer,
-           why);
-    fmt::print(stderr, "warning: {}: {}; kept (--allow-high-loss)\n", req.tokenizer, why);
+      fail("{}: {}; use the tokenizer the model was trained with, or pass --allow-high-loss to keep the dump",
+           lm.tokenizer_source, why);
+    fmt::print(stderr, "warning: {}: {}; kept (--allow-high-loss)\n", lm.tokenizer_source, why);
   }
   w.set_mean_next_token_loss(s.mean_loss);
   w.finish();

@@ -1,10 +1,12 @@
 // passage.h: picks a passage of a line-oriented text (one verse a line, plain or .gz) as tokens.
-// A passage is BOS followed by the encoding of lines[offset..] joined by '\n' (run.c's encoding, with
-// its dummy-prefix space), cut to `tokens` tokens in all. A negative offset counts lines from the end.
+// With a llama2.c tokenizer a passage is BOS followed by the encoding of lines[offset..] joined by '\n'
+// (run.c's encoding, with its dummy-prefix space); with a GGUF tokenizer, those lines encoded as the file
+// says (BOS where add_bos). Cut to `tokens` tokens in all. A negative offset counts lines from the end.
 #pragma once
 #include <string>
 #include <vector>
 
+#include "oscar/02_model/bpe_tokenizer.h"
 #include "oscar/02_model/tokenizer.h"
 
 namespace oscar {
@@ -13,7 +15,7 @@ struct Passage {
   std::string source;        // file the lines came from
   long first_line = 0;       // 0-based index of the first line used
   long lines_total = 0;      // lines in the file
-  std::vector<int> tokens;   // BOS first
+  std::vector<int> tokens;   // BOS first where the tokenizer adds one
 };
 
 // The lines of a text file (plain or gzip); throws Error naming the file, byte offset and line when the
@@ -30,5 +32,9 @@ struct PassageOptions {
 // has fewer than `tokens` tokens.
 Passage select_passage(const std::string& path, const std::vector<std::string>& lines, long offset, int tokens,
                        const Tokenizer& tok, const PassageOptions& options = {});
+// The same with a GGUF file's tokenizer: the lines joined by '\n' encoded as one string, BOS only where the
+// file says to add it (SmolLM2: none), cut to `tokens` ids.
+Passage select_passage(const std::string& path, const std::vector<std::string>& lines, long offset, int tokens,
+                       const BpeTokenizer& tok, const PassageOptions& options = {});
 
 }  // namespace oscar
