@@ -58,7 +58,8 @@ struct VocabSpec {
 //   llama: bos 1, eos 2, unk 0, pad none, add_bos true, add_eos false, add_space_prefix true;
 //   gpt2:  bos 11, eos 11 (GPT-2's own ids), unk and pad none, add_bos false except for the
 //          llama-bpe family (true), add_eos false, add_space_prefix false.
-// Other models and pre names get the gpt2/llama defaults of their kind; BpeTokenizer rejects them later.
+// Other models and pre names get the gpt2/llama defaults of their kind; BpeTokenizer rejects them later
+// (llama.cpp would fall back to its "default" regexes for a missing or unknown pre; that is an error here).
 VocabSpec vocab_spec_defaults(const std::string& model, const std::string& pre);
 
 // A llama2.c tokenizer (tok512.bin) as a SentencePiece-style llama VocabSpec: token texts with ' '
@@ -95,7 +96,8 @@ class BpeTokenizer {
 
   const VocabSpec& spec() const { return spec_; }
   int vocab_size() const { return static_cast<int>(spec_.tokens.size()); }
-  // The id of a token text (exact, in the vocabulary's own alphabet), or -1.
+  // The id of a token text (exact, in the vocabulary's own alphabet), or -1. When a text occurs twice
+  // (llama.cpp refuses such files; llama2.c files may have it) the first id wins, as in oscar::Tokenizer.
   int find(std::string_view token_text) const;
 
  private:
