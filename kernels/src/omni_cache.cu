@@ -4,11 +4,12 @@
 //
 // Decode design (same skeleton as the oscar-cov kernel in cov_cache.cu, see decode_common.cuh):
 //  * Keys: k^_tc = n_t (s_bc code_tc + z_bc) for token t of key block b, channel c. Per block of 32 tokens
-//    (one warp chunk) the query is folded with the block's channel scales: B_c = q^_c s_bc (fp16, q^ = q
-//    scaled by a power of two so |q^| < 1), and the MMA runs on the raw codes (magic-number fp16 A
-//    fragments, as in oscar-cov). Two extra MMAs with row-constant A fragments give, per query, the
-//    magic bias sum_c B_c (A = ones) and the zero-point term sum_c q^_c z_bc (A = zero points), so
-//    score_t = n_t 2^e (D_t - 1024 sum B + sum q^ z) needs no per-token shuffles.
+//    (one warp chunk) the query is folded with the block's channel scales: B_c = q^_c s_bc as an exact
+//    fp16 pair hi + lo (q^ = q scaled by a power of two), and the MMAs run on the raw codes (magic-number
+//    fp16 A fragments, as in oscar-cov) against hi and lo. One extra MMA with row-constant A fragments
+//    gives, per query, the magic bias sum_c q^_c s_bc (rows 8-15 = scales) and the zero-point term
+//    sum_c q^_c z_bc (rows 0-7 = zero points), so score_t = n_t 2^e (D_t - 1024 sum q^ s + sum q^ z)
+//    needs no per-token shuffles.
 //  * Values: v^_tc = s_tg code_tc + z_tg with g = c / 32. A thread's PV fragments cover 16 channels of one
 //    group, so its A fragment (two tokens of one channel) is dequantized in place with one fp16 FMA by the
 //    two tokens' fp16 scales (exact operands, one rounding); the weights are fp16 and the zero points
@@ -270,10 +271,14 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, float& pw, const uint8
   const uint32_t* kpw = reinterpret_cast<const uint32_t*>(stg + S::KP + t * S::KP_ROW);
   const uint32_t* vpw = reinterpret_cast<const uint32_t*>(stg + S::VP);
   const uint16_t* kn = reinterpret_cast<const uint16_t*>(stg + S::KN);
-  // Block query fragments B = q^ * scale, the magic bias sum(B) and the zero-point term sum(q^ z).
-  uint32_t bq[8][2];
-  float cb[4] = {0.f, 0.f, 0.f, 0.f}, cz[4] = {0.f, 0.f, 0.f, 0.f};
-  const uint32_t ones[4] = {0x3C003C00u, 0x3C003C00u, 0x3C003C00u, 0x3C003C00u};
+  // Block query fragments B = q^ * scale as an fp16 pair hi + lo (lo = q^ scale - hi, exact by one HFMA2:
+  // q^ and scale are fp16, so the product has at most 22 significant bits): the scores take both, since
+  // hi alone (2^-12 relative per channel) moved scores of ~40 log2 units (keys of norm-imbalanced tokens
+  // against a far-off zero point) by ~0.02 and an output dominated by two tokens by >1%. The magic bias
+  // 1024 sum(q^ scale) and the zero-point term sum(q^ z) come from one MMA with row-constant A fragments
+  // (rows 0-7: zero points z 2^(BITS pos); rows 8-15: scales), both with exact products.
+  uint32_t bq[8][2], bl[8][2];
+  float cz[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
   for (int m = 0; m < 4; ++m) {  // pairs p = 4m .. 4m + 3 (k-steps 2m, 2m + 1)
     const int off0 = ((4 * m) / PW) * CW + (4 * m) % PW;
@@ -283,20 +288,21 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, float& pw, const uint8
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk) {
       const int ks = 2 * m + kk;
-      uint32_t az[2];
+      uint32_t az[2], as[2];
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int p = 2 * ks + hh, i = p - 4 * m;
         const uint32_t s2 = prmt(a0[i], a1[i], 0x5410), z2 = prmt(a0[i], a1[i], 0x7632);
         bq[ks][hh] = hmul2_f16(qh[ks][hh], s2);
+        bl[ks][hh] = hfma2_f16(qh[ks][hh], s2, bq[ks][hh] ^ 0x80008000u);
         az[hh] = hmul2_f16(z2, half2_const(static_cast<float>(1 << (BITS * M10::pos(p % PW)))));
+        as[hh] = s2;
       }
-      mma_f16(cb, ones, bq[ks]);
-      const uint32_t za[4] = {az[0], az[0], az[1], az[1]};
+      const uint32_t za[4] = {az[0], as[0], az[1], as[1]};
       mma_f16(cz, za, qh[ks]);
     }
   }
-  const float bias[2] = {cz[0] - 1024.0f * cb[0], cz[1] - 1024.0f * cb[1]};
+  const float bias[2] = {cz[0] - 1024.0f * cz[2], cz[1] - 1024.0f * cz[3]};
   // Scores of the two 16-token sub-tiles.
   float s[2][4];
 #pragma unroll
@@ -314,8 +320,8 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, float& pw, const uint8
       const int q0 = 2 * ks, q1 = 2 * ks + 1;
       const uint32_t a[4] = {codes_f16x2<BITS>(kw[0][q0 / PW], q0 % PW), codes_f16x2<BITS>(kw[1][q0 / PW], q0 % PW),
                              codes_f16x2<BITS>(kw[0][q1 / PW], q1 % PW), codes_f16x2<BITS>(kw[1][q1 / PW], q1 % PW)};
-      if (ks & 1) mma_f16(c2, a, bq[ks]);
-      else mma_f16(c, a, bq[ks]);
+      if (ks & 1) { mma_f16(c2, a, bq[ks]); mma_f16(c, a, bl[ks]); }
+      else { mma_f16(c, a, bq[ks]); mma_f16(c2, a, bl[ks]); }
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
