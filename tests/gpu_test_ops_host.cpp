@@ -17,7 +17,7 @@
 //     before the P V MMA: at most 2^-9 ~ 2e-3 relative per weight, hence at most 2^-9 max|v| / |o| of the
 //     output (values with a non-zero mean keep |o| ~ max|v| / 4: <= ~8e-3 even when one token dominates;
 //     ~2e-3 / sqrt(n) for spread weights); (iii) fp32 accumulation and exp2f (~1e-6); oscar-omni adds the
-//     block query fragment q^ * scale_k in fp16 (two 2^-11 roundings per channel) and code * scale_v and
+//     block query fragment q^ * scale_k as an exact fp16 pair hi + lo (no rounding left) and code * scale_v and
 //     the weights in fp16 (2^-11 each). 1e-2 covers the worst case of (ii) and stays several times above
 //     the measured errors (3e-4 .. 8.4e-3), while a wrong index, block, norm, group, dropped window,
 //     mis-merged split or missed large-value rescaling moves the output far more.
