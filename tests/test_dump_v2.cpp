@@ -17,6 +17,8 @@
 #include "dump_fixture.h"
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/h5_attrs.h"
+#include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/model.h"
 #include "oscar/03_dump/dump.h"
 #include "oscar/03_dump/layer_source.h"
 #include "oscar/04_stats/analyze.h"
@@ -218,8 +220,18 @@ TEST_CASE("oscar-dump and the in-memory source describe the model's attention", 
   CHECK(j["n_layers"] == I.n_layers);
   CHECK(j["head_dim"] == I.head_dim);
   CHECK(j["architecture"] == "llama");
+  // The model run in memory over the same tokens describes the same attention and the same model.
+  const Checkpoint ck = load_checkpoint(test::stories_model());
+  const Model model(ck);
+  PassageOrigin o = dump_origin(d.reader());
+  o.where = "in memory";
+  const ModelLayerSource mem(model, o, "same tokens", {"q"});
+  CHECK(mem.info().architecture == I.architecture);
+  CHECK(mem.info().config_json == I.config_json);
+  CHECK(mem.info().has_pre_rope);
   for (int l = 0; l < I.n_layers; ++l) {
     const LayerAttention a = d.attention(l);
+    check_same(mem.attention(l), a);
     CHECK(a.scaling == Approx(1.0 / std::sqrt(double(I.head_dim))).epsilon(1e-15));
     CHECK(a.sliding_window == 0);
     CHECK(a.softcap == 0);
