@@ -8,7 +8,7 @@ int main(int argc, char** argv) {
   oscar::TniOutputs out;
   oscar::AnalyzeOptions opt;
   bool quiet = false;
-  app.add_option("dump", dump, "HDF5 dump (oscar-kv dump format v1)")->required()->check(oscar::cli::not_a_folder());
+  app.add_option("dump", dump, "HDF5 dump (oscar-kv dump format v1 or v2)")->required()->check(oscar::cli::not_a_folder());
   app.add_option("--csv", out.csv, "write the statistics as CSV");
   app.add_option("--json", out.json, "write the statistics (with outlier tokens) as JSON");
   app.add_option("--plots", out.plots, "folder for PNG plots (token norms vs position, channel magnitude heat maps)");

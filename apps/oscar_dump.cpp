@@ -1,4 +1,4 @@
-// oscar-dump: runs a llama2.c checkpoint or a GGUF model over a passage of a text and writes its Q/K/V (dump format v1).
+// oscar-dump: runs a llama2.c checkpoint or a GGUF model over a passage of a text and writes its Q/K/V (dump format v2).
 #include "app_main.h"
 #include "oscar/03_dump/dump_passage.h"
 

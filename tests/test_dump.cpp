@@ -1,5 +1,5 @@
-// test_dump.cpp: dump format v1 round trip (float32 exact, float16 to half precision), per-head
-// reads, and the reader's validation of damaged files.
+// test_dump.cpp: dump round trip (float32 exact, float16 to half precision), per-head reads, and the
+// reader's validation of damaged files (test_dump_v2.cpp covers v2's attention attributes and v1 files).
 #include <catch2/catch.hpp>
 
 #include <H5Cpp.h>

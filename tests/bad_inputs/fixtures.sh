@@ -29,3 +29,4 @@ YAML
 printf '#!/bin/sh\nsleep 4\nexec %s "$@"\n' "$PY" > "$FIX/slowpy"; chmod +x "$FIX/slowpy"
 head -c 3000 "$DATA/stories260K/tok512.bin" > "$FIX/tok3000.bin"
 mkdir -p "$FIX/folder"
+"${PY:-python3}" "$SRC/tests/bad_inputs/dump_v2_fixtures.py" "$FIX"

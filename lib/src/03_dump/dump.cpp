@@ -1,7 +1,9 @@
-// dump.cpp: HDF5 reading and writing of KV dumps (format v1, see dump.h and README).
+// dump.cpp: HDF5 reading (v1, v2) and writing (v2) of KV dumps (see dump.h and README).
 #include "oscar/03_dump/dump.h"
 
 #include <H5Cpp.h>
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -21,6 +23,7 @@ namespace oscar {
 namespace {
 
 const char* const kTensors[] = {"q", "q_pre", "k", "k_pre", "v"};
+bool is_pre(const std::string& t) { return t == "q_pre" || t == "k_pre"; }
 
 std::string layer_group(int l) { return fmt::format("layer_{:03d}", l); }
 
@@ -51,6 +54,44 @@ std::mutex& h5_read_lock() {
   return m;
 }
 
+// Per-layer attribute readers: errors name the file, the layer group and the attribute.
+struct LayerAttrs {
+  const H5::Group& g;
+  const std::string& path;
+  std::string group;
+  H5::Attribute attr(const char* name) const {
+    if (!g.attrExists(name))
+      fail("{}: /{} lacks attribute '{}', which dump format v2 requires on every layer; the producer wrote an "
+           "incomplete v2 file: re-create the dump with oscar-dump or experiments/hf_dump.py",
+           path, group, name);
+    return g.openAttribute(name);
+  }
+  std::string str(const char* name) const {
+    H5::Attribute a = attr(name);
+    if (a.getTypeClass() != H5T_STRING) fail("{}: /{} attribute '{}' must be a string; re-create the dump", path, group, name);
+    std::string s;
+    a.read(a.getStrType(), s);
+    return s;
+  }
+  long long i64(const char* name) const {
+    H5::Attribute a = attr(name);
+    if (a.getTypeClass() != H5T_INTEGER || a.getSpace().getSimpleExtentNpoints() != 1)
+      fail("{}: /{} attribute '{}' must be a scalar integer; re-create the dump", path, group, name);
+    long long v;
+    a.read(H5::PredType::NATIVE_LLONG, &v);
+    return v;
+  }
+  double f64(const char* name) const {
+    H5::Attribute a = attr(name);
+    const auto cls = a.getTypeClass();
+    if ((cls != H5T_FLOAT && cls != H5T_INTEGER) || a.getSpace().getSimpleExtentNpoints() != 1)
+      fail("{}: /{} attribute '{}' must be a scalar number; re-create the dump", path, group, name);
+    double v;
+    a.read(H5::PredType::NATIVE_DOUBLE, &v);
+    return v;
+  }
+};
+
 // Index of the first half-precision NaN or Inf in p[0..n), or n.
 size_t first_nonfinite_half(const uint16_t* p, size_t n) {
   for (size_t i = 0; i < n; ++i)
@@ -59,6 +100,36 @@ size_t first_nonfinite_half(const uint16_t* p, size_t n) {
 }
 
 }  // namespace
+
+LayerAttention DumpInfo::attention(int l) const {
+  if (l < 0 || l >= n_layers) fail("internal: layer {} out of range (n_layers={})", l, n_layers);
+  if (layers.empty()) return LayerAttention::standard(head_dim, rope_convention, rope_theta);
+  if (static_cast<int>(layers.size()) != n_layers)
+    fail("internal: {} per-layer attention entries for {} layers", layers.size(), n_layers);
+  return layers[l];
+}
+
+void set_model_fields(DumpInfo& info, const ModelConfig& cfg) {
+  info.n_layers = cfg.n_layers;
+  info.n_heads = cfg.n_heads;
+  info.n_kv_heads = cfg.n_kv_heads;
+  info.head_dim = cfg.head_dim();
+  info.rope_convention = cfg.rope_convention;
+  info.rope_theta = cfg.rope_theta;
+  info.architecture = cfg.architecture;
+  info.has_pre_rope = true;
+  const nlohmann::json j = {{"architecture", cfg.architecture}, {"dim", cfg.dim}, {"hidden_dim", cfg.hidden_dim},
+                            {"n_layers", cfg.n_layers}, {"n_heads", cfg.n_heads}, {"n_kv_heads", cfg.n_kv_heads},
+                            {"vocab_size", cfg.vocab_size}, {"seq_len", cfg.seq_len},
+                            {"shared_classifier", cfg.shared_classifier}, {"head_dim", cfg.head_dim()},
+                            {"rope_theta", cfg.rope_theta}, {"rope_convention", cfg.rope_convention},
+                            {"rope_dims", cfg.rotary_dims()}, {"rms_eps", cfg.rms_eps}, {"qk_norm", cfg.qk_norm},
+                            {"qkv_bias", cfg.qkv_bias}};
+  info.config_json = j.dump();
+  LayerAttention a = LayerAttention::standard(cfg.head_dim(), cfg.rope_convention, cfg.rope_theta);
+  a.rotary_dim = cfg.rotary_dims();
+  info.layers.assign(cfg.n_layers, a);
+}
 
 // ================= writer =================
 // Through h5::OutputFile: HDF5 failures become write errors naming the final file, the temporary is removed.
@@ -74,7 +145,8 @@ namespace {
 // Bytes a dump takes at least: every tensor of every layer, and the token ids.
 std::uint64_t dump_bytes(const DumpInfo& I) {
   const std::uint64_t per = static_cast<std::uint64_t>(I.token_count) * I.head_dim * (I.storage_dtype == "float16" ? 2 : 4);
-  return static_cast<std::uint64_t>(I.n_layers) * (2ull * I.n_heads + 3ull * I.n_kv_heads) * per + 4ull * I.token_count;
+  const std::uint64_t copies = I.has_pre_rope ? 2 : 1;  // q, k (and q_pre, k_pre)
+  return static_cast<std::uint64_t>(I.n_layers) * (copies * (I.n_heads + I.n_kv_heads) + I.n_kv_heads) * per + 4ull * I.token_count;
 }
 }  // namespace
 
@@ -85,6 +157,16 @@ DumpWriter::DumpWriter(const std::string& path, const DumpInfo& info, const std:
     fail("{}: storage dtype '{}' is not supported (use float32 or float16)", path, info.storage_dtype);
   if (static_cast<long>(token_ids.size()) != info.token_count)
     fail("internal: {} token ids for a dump of {} tokens", token_ids.size(), info.token_count);
+  if (!info.layers.empty() && static_cast<int>(info.layers.size()) != info.n_layers)
+    fail("internal: {} per-layer attention entries for a dump of {} layers", info.layers.size(), info.n_layers);
+  for (int l = 0; l < static_cast<int>(info.layers.size()); ++l) {
+    const std::string why = attention_problem(info.layers[l], info.n_heads, info.head_dim);
+    if (!why.empty()) fail("{}: layer {}: {}; the model's attention description is wrong", path, l, why);
+  }
+  if (!info.config_json.empty()) {
+    const nlohmann::json j = nlohmann::json::parse(info.config_json, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) fail("{}: internal: config_json is not a JSON object", path);
+  }
   check_output_file(path, dump_bytes(info));  // the folder, and room for the whole dump, before any layer
   impl_ = std::make_unique<Impl>(path);
   impl_->info = info;
@@ -105,6 +187,9 @@ DumpWriter::DumpWriter(const std::string& path, const DumpInfo& info, const std:
     h5::put_str(f, "text_source", info.text_source);
     h5::put_i64(f, "token_count", info.token_count);
     h5::put_str(f, "storage_dtype", info.storage_dtype);
+    h5::put_str(f, "architecture", info.architecture);
+    h5::put_str(f, "config_json", info.config_json.empty() ? std::string("{}") : info.config_json);
+    h5::put_i64(f, "has_pre_rope", info.has_pre_rope ? 1 : 0);
     if (std::isfinite(info.mean_next_token_loss)) h5::put_f64(f, "mean_next_token_loss", info.mean_next_token_loss);
     if (!info.producer.empty()) h5::put_str(f, "producer", info.producer);
     hsize_t n = token_ids.size();
@@ -147,6 +232,7 @@ void DumpWriter::write_layer(const LayerQKV& a) {
                  {"k_pre", &a.k_pre, I.n_kv_heads}, {"v", &a.v, I.n_kv_heads}};
     std::vector<float> buf;
     for (const Item& it : items) {
+      if (!I.has_pre_rope && is_pre(it.name)) continue;
       if (it.m->cols() != static_cast<Eigen::Index>(it.heads) * hd)
         fail("internal: layer {} tensor {} has {} columns, expected {}", a.layer, it.name, it.m->cols(), it.heads * hd);
       buf.resize(static_cast<size_t>(it.heads) * T * hd);
@@ -161,6 +247,19 @@ void DumpWriter::write_layer(const LayerQKV& a) {
       ds = g->createDataSet(it.name, dtype, H5::DataSpace(3, dims), plist);
       ds.write(buf.data(), H5::PredType::NATIVE_FLOAT);
       ds.close();  // writes the cached chunks: a full disk shows here, not in a destructor
+    }
+    const LayerAttention att = I.attention(a.layer);
+    h5::put_f64(*g, "scaling", att.scaling);
+    h5::put_i64(*g, "sliding_window", att.sliding_window);
+    h5::put_f64(*g, "softcap", att.softcap);
+    h5::put_str(*g, "rope_convention", att.rope_convention);
+    h5::put_i64(*g, "rotary_dim", att.rotary_dim);
+    h5::put_f64(*g, "rope_theta", att.rope_theta);
+    if (!att.sinks.empty()) {
+      hsize_t n = att.sinks.size();
+      ds = g->createDataSet("sinks", H5::PredType::IEEE_F32LE, H5::DataSpace(1, &n));
+      ds.write(att.sinks.data(), H5::PredType::NATIVE_FLOAT);
+      ds.close();
     }
     g->close();
   } catch (const H5::Exception& e) {
@@ -215,6 +314,12 @@ const std::string& DumpReader::path() const { return impl_->path; }
 const std::vector<int>& DumpReader::token_ids() const { return impl_->ids; }
 const std::vector<std::string>& DumpReader::token_text() const { return impl_->text; }
 
+void DumpReader::no_pre_rope(const std::string& tensor) const {
+  fail("{}: this dump has no pre-RoPE tensors (has_pre_rope=0: architecture '{}' has no separable pre-RoPE key, or its "
+       "producer could not recover it), so '{}' cannot be read; use only q, k and v with this dump",
+       impl_->path, impl_->info.architecture, tensor);
+}
+
 DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
   h5::silence();
   impl_->path = path;
@@ -233,11 +338,15 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
   const H5::H5File& f = *impl_->file;
   DumpInfo& I = impl_->info;
   try {
-    const h5::AttrReader A{f, path, "this file does not follow the oscar-kv dump schema v1 (see README, 'Dump format')"};
+    const h5::AttrReader A{f, path, "this file does not follow the oscar-kv dump schema (see README, 'Dump format')"};
     const std::string format = A.str("format");
     if (format != kDumpFormat) fail("{}: attribute format='{}', expected '{}'", path, format, kDumpFormat);
     const long long version = A.i64("format_version");
-    if (version != kDumpVersion) fail("{}: dump format version {} is not supported (this build reads {})", path, version, kDumpVersion);
+    if (version != 1 && version != 2)
+      fail("{}: dump format version {} is not supported (this build reads 1 and 2); re-create the dump with this "
+           "build's oscar-dump, or use a newer oscar-kv",
+           path, version);
+    I.format_version = static_cast<int>(version);
     I.model_name = A.str("model_name");
     I.checkpoint_sha256 = A.str("checkpoint_sha256");
     I.n_layers = static_cast<int>(A.i64("n_layers"));
@@ -251,6 +360,24 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
     I.storage_dtype = A.str("storage_dtype");
     if (f.attrExists("mean_next_token_loss")) I.mean_next_token_loss = A.f64("mean_next_token_loss");
     if (f.attrExists("producer")) I.producer = A.str("producer");
+    I.architecture = "llama";
+    I.config_json.clear();
+    I.has_pre_rope = true;
+    I.layers.clear();
+    if (version >= 2) {
+      const h5::AttrReader A2{f, path, "dump format v2 requires it: re-create the dump with oscar-dump or experiments/hf_dump.py"};
+      I.architecture = A2.str("architecture");
+      if (I.architecture.empty()) fail("{}: root attribute architecture is empty; re-create the dump", path);
+      I.config_json = A2.str("config_json");
+      const nlohmann::json j = nlohmann::json::parse(I.config_json, nullptr, false);
+      if (j.is_discarded() || !j.is_object())
+        fail("{}: root attribute config_json is not a JSON object ('{}'); the producer wrote a broken configuration: "
+             "re-create the dump",
+             path, I.config_json.substr(0, 40));
+      const long long pre = A2.i64("has_pre_rope");
+      if (pre != 0 && pre != 1) fail("{}: root attribute has_pre_rope={}, expected 0 or 1; re-create the dump", path, pre);
+      I.has_pre_rope = pre == 1;
+    }
     if (I.n_layers <= 0 || I.n_heads <= 0 || I.n_kv_heads <= 0 || I.head_dim <= 0 || I.token_count <= 0)
       fail("{}: attributes n_layers={} n_heads={} n_kv_heads={} head_dim={} token_count={} must all be positive", path,
            I.n_layers, I.n_heads, I.n_kv_heads, I.head_dim, I.token_count);
@@ -258,8 +385,10 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
       fail("{}: n_heads={} is not a multiple of n_kv_heads={}", path, I.n_heads, I.n_kv_heads);
     if (I.storage_dtype != "float32" && I.storage_dtype != "float16")
       fail("{}: storage_dtype='{}', expected float32 or float16", path, I.storage_dtype);
-    if (I.rope_convention != "adjacent-pairs" && I.rope_convention != "half-split")
-      fail("{}: rope_convention='{}', expected adjacent-pairs or half-split", path, I.rope_convention);
+    if (I.rope_convention != "adjacent-pairs" && I.rope_convention != "half-split" &&
+        !(version >= 2 && I.rope_convention == "none"))
+      fail("{}: rope_convention='{}', expected adjacent-pairs or half-split{}", path, I.rope_convention,
+           version >= 2 ? " or none" : "");
     if (!f.nameExists("token_ids")) fail("{}: dataset /token_ids is missing", path);
     H5::DataSet ids = f.openDataSet("token_ids");
     if (ids.getTypeClass() != H5T_INTEGER || ids.getSpace().getSimpleExtentNdims() != 1 ||
@@ -316,8 +445,42 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
       if (!f.nameExists(g))
         fail("{}: group /{} is missing (n_layers={}); the dump is incomplete: re-create it", path, g, I.n_layers);
       H5::Group grp = f.openGroup(g);
+      if (version >= 2) {
+        const LayerAttrs LA{grp, path, g};
+        LayerAttention a;
+        a.scaling = LA.f64("scaling");
+        a.sliding_window = static_cast<long>(LA.i64("sliding_window"));
+        a.softcap = LA.f64("softcap");
+        a.rope_convention = LA.str("rope_convention");
+        a.rotary_dim = static_cast<int>(LA.i64("rotary_dim"));
+        a.rope_theta = LA.f64("rope_theta");
+        if (grp.nameExists("sinks")) {
+          H5::DataSet ds = grp.openDataSet("sinks");
+          H5::DataSpace sp = ds.getSpace();
+          if (ds.getTypeClass() != H5T_FLOAT || sp.getSimpleExtentNdims() != 1 ||
+              sp.getSimpleExtentNpoints() != I.n_heads)
+            fail("{}: /{}/sinks must be a float vector [n_heads={}], found {} values in {} dimensions; re-create the dump",
+                 path, g, I.n_heads, sp.getSimpleExtentNpoints(), sp.getSimpleExtentNdims());
+          a.sinks.resize(I.n_heads);
+          ds.read(a.sinks.data(), H5::PredType::NATIVE_FLOAT);
+        }
+        const std::string why = attention_problem(a, I.n_heads, I.head_dim);
+        if (!why.empty()) fail("{}: /{}: {}; the producer recorded the layer's attention wrongly: re-create the dump", path, g, why);
+        I.layers.push_back(std::move(a));
+      }
       for (const char* t : kTensors) {
-        if (!grp.nameExists(t)) fail("{}: dataset /{}/{} is missing", path, g, t);
+        if (!I.has_pre_rope && is_pre(t)) {
+          if (grp.nameExists(t))
+            fail("{}: /{}/{} is present but has_pre_rope=0 (then no layer holds q_pre or k_pre); the attributes and the "
+                 "data disagree: re-create the dump",
+                 path, g, t);
+          continue;
+        }
+        if (!grp.nameExists(t))
+          fail("{}: dataset /{}/{} is missing{}", path, g, t,
+               is_pre(t) && version >= 2 ? " although has_pre_rope=1; re-create the dump, or write has_pre_rope=0 with no "
+                                           "q_pre/k_pre in any layer"
+                                         : "");
         H5::DataSet ds = grp.openDataSet(t);
         const int heads = (t[0] == 'q') ? I.n_heads : I.n_kv_heads;
         H5::DataSpace sp = ds.getSpace();
@@ -352,6 +515,7 @@ LayerDump DumpReader::read_layer(int layer, const std::vector<std::string>& tens
   for (const std::string& t : tensors) {
     HeadTensor* dst = t == "q" ? &d.q : t == "q_pre" ? &d.q_pre : t == "k" ? &d.k : t == "k_pre" ? &d.k_pre : t == "v" ? &d.v : nullptr;
     if (!dst) fail("unknown dump tensor '{}' (expected q, q_pre, k, k_pre or v)", t);
+    if (is_pre(t) && !I.has_pre_rope) no_pre_rope(t);
     dst->heads = t[0] == 'q' ? I.n_heads : I.n_kv_heads;
     dst->tokens = static_cast<int>(I.token_count);
     dst->head_dim = I.head_dim;
@@ -371,6 +535,7 @@ LayerDump DumpReader::read_layer(int layer, const std::vector<std::string>& tens
     std::vector<float> buf;
     for (const char* t : kTensors) {
       if (std::find(tensors.begin(), tensors.end(), t) != tensors.end()) continue;
+      if (is_pre(t) && !I.has_pre_rope) continue;
       const int heads = t[0] == 'q' ? I.n_heads : I.n_kv_heads;
       const size_t n = static_cast<size_t>(heads) * I.token_count * I.head_dim;
       if (f16) {
@@ -398,6 +563,7 @@ std::vector<float> DumpReader::read_head(int layer, const std::string& tensor, i
   const int heads = tensor[0] == 'q' ? I.n_heads : I.n_kv_heads;
   if (layer < 0 || layer >= I.n_layers || head < 0 || head >= heads)
     fail("{}: layer {} head {} out of range", impl_->path, layer, head);
+  if (is_pre(tensor) && !I.has_pre_rope) no_pre_rope(tensor);
   std::vector<float> out(static_cast<size_t>(I.token_count) * I.head_dim);
   try {
     std::lock_guard<std::mutex> lock(h5_read_lock());

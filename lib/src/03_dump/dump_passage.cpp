@@ -86,12 +86,7 @@ DumpSummary dump_passage(const DumpRequest& req) {
   DumpInfo info;
   info.model_name = lm.name;
   info.checkpoint_sha256 = lm.sha256;
-  info.n_layers = cfg.n_layers;
-  info.n_heads = cfg.n_heads;
-  info.n_kv_heads = cfg.n_kv_heads;
-  info.head_dim = cfg.head_dim();
-  info.rope_convention = cfg.rope_convention;
-  info.rope_theta = cfg.rope_theta;
+  set_model_fields(info, cfg);  // shapes, RoPE, architecture, config_json, per-layer attention (v2)
   info.text_source = fmt::format("{} lines {}.. ({} of {} lines), {}, first {} tokens",
                                  std::filesystem::path(req.text).filename().string(), p.first_line,
                                  p.lines_total - p.first_line, p.lines_total, lm.encoding, p.tokens.size());

@@ -159,10 +159,7 @@ ModelLayerSource::ModelLayerSource(const Model& model, PassageOrigin origin, con
     fail("{}: {} tokens are beyond the model's context of {} tokens", origin_.where, ids.size(), c.seq_len);
   info_.model_name = model.checkpoint().name;
   info_.checkpoint_sha256 = model.checkpoint().sha256;
-  info_.n_layers = c.n_layers;
-  info_.n_heads = c.n_heads;
-  info_.n_kv_heads = c.n_kv_heads;
-  info_.head_dim = c.head_dim();
+  set_model_fields(info_, c);  // shapes, RoPE, architecture, config_json, per-layer attention
   info_.text_source = text_source;
   info_.token_count = static_cast<long>(ids.size());
   info_.storage_dtype = "float32";

@@ -28,12 +28,15 @@ TniReport analyze_dump(const DumpReader& dump, const AnalyzeOptions& opt) {
   r.token_text = dump.token_text();
   r.outlier_z = opt.outlier_z;
   const DumpInfo& I = r.info;
+  // A dump without pre-RoPE tensors (has_pre_rope = 0) has no Kpre rows.
+  const std::vector<std::string> tensors =
+      I.has_pre_rope ? std::vector<std::string>{"k_pre", "k", "v"} : std::vector<std::string>{"k", "v"};
   Progress bar("analyze", I.n_layers, opt.progress);
   for (int l = 0; l < I.n_layers; ++l) {
-    const LayerDump d = dump.read_layer(l, {"k_pre", "k", "v"});
+    const LayerDump d = dump.read_layer(l, tensors);
     for (int h = 0; h < I.n_kv_heads; ++h) {
-      for (const auto* t : {"k_pre", "k", "v"}) {
-        const HeadTensor& x = t == std::string("k_pre") ? d.k_pre : t == std::string("k") ? d.k : d.v;
+      for (const std::string& t : tensors) {
+        const HeadTensor& x = t == "k_pre" ? d.k_pre : t == "k" ? d.k : d.v;
         r.rows.push_back({l, h, t, head_stats(x.head(h), x.tokens, x.head_dim, opt.outlier_z)});
       }
     }
@@ -80,6 +83,8 @@ void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers) {
              "TNI = max/min token L2 norm; chan = max channel absmax / median channel absmax; outliers: |robust z| of "
              "log-norm > {}; undefined: 0/0 (an all-zero head)\n\n",
              r.outlier_z);
+  if (!I.has_pre_rope)
+    fmt::print(out, "no Kpre rows: this dump has no pre-RoPE keys (has_pre_rope = 0, architecture {})\n\n", I.architecture);
   fmt::print(out, "{:>5} {:>4} {:<5} | {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>6} {:>7} | {:>6} | {:>4}  {}\n", "layer",
              "head", "x", "min", "p05", "median", "p95", "max", "max/med", "min/med", "CV", "TNI", "chan", "outl",
              "strongest outliers (pos 'token' norm/median)");
@@ -145,6 +150,7 @@ std::string tni_json(const TniReport& r, int max_outliers) {
   j["n_kv_heads"] = I.n_kv_heads;
   j["head_dim"] = I.head_dim;
   j["token_count"] = I.token_count;
+  j["has_pre_rope"] = I.has_pre_rope;  // false: no k_pre rows
   j["text_source"] = I.text_source;
   j["tni_definition"] =
       "max over tokens of the L2 norm / min over tokens of the L2 norm, per layer, KV head and tensor; null where undefined "

@@ -48,6 +48,8 @@ Eigen::MatrixXd key_covariance(const LayerDump& L, int n_kv, int group) {
   return 0.5 * (C + C.transpose());
 }
 
+// The weights k C_K k^T are normalized by their mean, so the layer's logit scaling (dump v2's `scaling`) cancels:
+// they are a score proxy, not attention probabilities, and need no window, soft-cap or sinks.
 Eigen::MatrixXd value_covariance(const LayerDump& L, const Eigen::MatrixXd& CK, int n_kv, const std::string& path) {
   const int d = L.v.head_dim, T = L.v.tokens;
   Eigen::MatrixXd C = Eigen::MatrixXd::Zero(d, d);

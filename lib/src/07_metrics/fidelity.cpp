@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 
 #include "oscar/01_core/error.h"
 
@@ -43,11 +44,16 @@ std::vector<int> top_indices(const double* p, int n, int k) {
 }  // namespace
 
 std::vector<Fidelity> layer_fidelity(const HeadTensor& q, const HeadTensor& k, const HeadTensor& v, const HeadTensor& k_hat,
-                                     const HeadTensor& v_hat, int n_queries) {
+                                     const HeadTensor& v_hat, int n_queries, const LayerAttention& att) {
   const int T = k.tokens, d = k.head_dim, H = k.heads, group = q.heads / H;
   const int N = std::min(n_queries, T);
   if (N <= 0) fail("fidelity needs at least one query (queries: {})", n_queries);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  if (!(std::isfinite(att.scaling) && att.scaling > 0) || !(att.softcap >= 0) || att.sliding_window < 0 ||
+      (!att.sinks.empty() && static_cast<int>(att.sinks.size()) != q.heads))
+    fail("internal: fidelity of a layer with an invalid attention description (scaling {}, softcap {}, window {}, {} sinks "
+         "for {} query heads)",
+         att.scaling, att.softcap, att.sliding_window, att.sinks.size(), q.heads);
+  const bool sinks = !att.sinks.empty();
   std::vector<Fidelity> out(H);
   for (int h = 0; h < H; ++h) {
     Fidelity& f = out[h];
@@ -58,34 +64,46 @@ std::vector<Fidelity> layer_fidelity(const HeadTensor& q, const HeadTensor& k, c
     double lnum = 0, lden = 0, kl = 0, oerr = 0, top = 0;
     long count = 0, ocount = 0;
     for (int g = 0; g < group; ++g) {
-      const MatD Q = head_block(q, h * group + g, T - N, N);
-      const MatD L = (Q * K.transpose()) * scale, Lh = (Q * Kh.transpose()) * scale;
-      std::vector<double> p(T), ph(T);
+      const int qh = h * group + g;
+      const MatD Q = head_block(q, qh, T - N, N);
+      const MatD D = Q * K.transpose(), Dh = Q * Kh.transpose();  // raw dot products
+      const double sink = sinks ? static_cast<double>(att.sinks[qh]) : -INFINITY;
+      std::vector<double> l(T), lh(T), p(T), ph(T);
       for (int i = 0; i < N; ++i) {
-        const int visible = T - N + i + 1;  // causal: keys 0..position
-        double m = -INFINITY, mh = -INFINITY;
+        const long pos = T - N + i;  // the query's position; keys first..pos are visible
+        const int first = att.sliding_window > 0 ? static_cast<int>(std::max<long>(0, pos - att.sliding_window + 1)) : 0;
+        const int visible = static_cast<int>(pos) + 1 - first;
+        double m = sink, mh = sink;
         for (int j = 0; j < visible; ++j) {
-          const double a = L(i, j), b = Lh(i, j);
+          const double a = att.logit(D(i, first + j)), b = att.logit(Dh(i, first + j));
+          l[j] = a;
+          lh[j] = b;
           lnum += (a - b) * (a - b);
           lden += a * a;
           m = std::max(m, a);
           mh = std::max(mh, b);
         }
-        double s = 0, sh = 0;
+        // The sink is one more term of the denominator (sinks empty: exp(-inf) = 0).
+        double s = std::exp(sink - m), sh = std::exp(sink - mh);
+        const double s_sink = s, sh_sink = sh;
         for (int j = 0; j < visible; ++j) {
-          p[j] = std::exp(L(i, j) - m);
-          ph[j] = std::exp(Lh(i, j) - mh);
+          p[j] = std::exp(l[j] - m);
+          ph[j] = std::exp(lh[j] - mh);
           s += p[j];
           sh += ph[j];
         }
         double kli = 0;
+        if (sinks) {
+          const double ps = s_sink / s, phs = sh_sink / sh;
+          if (ps > 0) kli += ps * (std::log(ps) - std::log(std::max(phs, 1e-300)));
+        }
         Eigen::RowVectorXd o = Eigen::RowVectorXd::Zero(d), oh = Eigen::RowVectorXd::Zero(d);
         for (int j = 0; j < visible; ++j) {
           p[j] /= s;
           ph[j] /= sh;
           if (p[j] > 0) kli += p[j] * (std::log(p[j]) - std::log(std::max(ph[j], 1e-300)));
-          o += p[j] * V.row(j);
-          oh += ph[j] * Vh.row(j);
+          o += p[j] * V.row(first + j);
+          oh += ph[j] * Vh.row(first + j);
         }
         kl += std::max(kli, 0.0);
         const double on = o.norm();

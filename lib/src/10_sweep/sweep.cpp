@@ -240,11 +240,12 @@ SweepResult run_sweep(const SweepConfig& cfg, bool progress) {
       try {
         // DumpReader serializes its HDF5 calls itself; decoding and checks run on this thread.
         const LayerDump ld = reader.read_layer(l, {"q", "k", "v"});
+        const LayerAttention att = I.attention(l);  // the dump's scaling, window, soft-cap and sinks
         for (const Job& j : jobs) {
           try {
             const LayerRotations rot = layer_rotations(j.recipe, I.head_dim, l, calib.get());
             const SimulatedLayer sim = simulate_layer(j.recipe, ld.k, ld.v, rot);
-            const auto f = layer_fidelity(ld.q, ld.k, ld.v, sim.k_hat, sim.v_hat, cfg.queries);
+            const auto f = layer_fidelity(ld.q, ld.k, ld.v, sim.k_hat, sim.v_hat, cfg.queries, att);
             for (int h = 0; h < I.n_kv_heads; ++h)
               per_layer[l].push_back({sd.name, j.recipe.name, j.bits, l, h, j.widths.key, j.widths.value, f[h]});
           } catch (const Error& e) {

@@ -45,11 +45,16 @@ std::string same_data_reason(const PassageOrigin& a, const PassageOrigin& b);
 class LayerSource {
  public:
   virtual ~LayerSource() = default;
-  // Shapes and model identity, as a dump's root attributes would state them.
+  // Shapes and model identity, as a dump's root attributes would state them (v2: with the architecture,
+  // config_json and has_pre_rope).
   virtual const DumpInfo& info() const = 0;
   virtual const PassageOrigin& origin() const = 0;
+  // What attention received in layer l (scaling, window, soft-cap, sinks, RoPE): from the dump's per-layer
+  // attributes (v1 dumps: standard attention), or from the model's configuration. Metrics use this.
+  LayerAttention attention(int l) const { return info().attention(l); }
   // The named tensors ("q", "q_pre", "k", "k_pre", "v") of one layer, head-major float32; others stay
-  // empty. Throws Error naming the source on a bad layer or tensor name, or a non-finite value.
+  // empty. q_pre and k_pre are optional: a source without them (info().has_pre_rope false) throws when
+  // asked. Throws Error naming the source on a bad layer or tensor name, or a non-finite value.
   virtual LayerDump layer(int l, const std::vector<std::string>& tensors) const = 0;
 };
 
