@@ -342,16 +342,15 @@ class Capture:
         return ((y - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
     def write(self, g, name, x, start):
-        arr = x.to(self.torch.float32).cpu().numpy()
-        import numpy as np
-        if not np.isfinite(arr).all():
-            raise Refusal(f"{g.name}/{name}: non-finite activations at tokens {start}..{start + arr.shape[1] - 1}; "
+        torch = self.torch
+        if not bool(torch.isfinite(x).all()):
+            raise Refusal(f"{g.name}/{name}: non-finite activations at tokens {start}..{start + x.shape[1] - 1}; "
                           "load the model in float32 (--model-dtype float32)")
-        arr = arr.astype(self.store)
-        if not np.isfinite(arr).all():
-            raise Refusal(f"{g.name}/{name}: activations overflow {self.store.__name__} storage at tokens "
-                          f"{start}..; use --dtype float32")
-        g[name][:, start:start + arr.shape[1], :] = arr
+        y = x.to(torch.float16 if self.store.__name__ == "float16" else torch.float32)  # converted on the device
+        if not bool(torch.isfinite(y).all()):
+            raise Refusal(f"{g.name}/{name}: activations overflow float16 storage at tokens {start}..; "
+                          "use --dtype float32")
+        g[name][:, start:start + x.shape[1], :] = y.cpu().numpy()
 
     def __call__(self, module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
         torch = self.torch
@@ -588,6 +587,9 @@ def dump_one(args, arch_or_none, out_path):
                     loss_sum += torch.nn.functional.cross_entropy(lg, tgt[s + b:s + b + lg.shape[0]],
                                                                   reduction="sum").item()
                 del logits
+                done = min(s + chunk, T)
+                if T >= 8192 and (done // chunk) % max(1, (T // chunk) // 8) == 0:
+                    print(f"  {done}/{T} tokens, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
         secs = time.time() - t0
         cap.remove()
         missing = [i for i in range(n_layers) if cap.pos.get(i) != T]
@@ -613,7 +615,9 @@ def dump_one(args, arch_or_none, out_path):
         f.close()
         print(f"{name} ({mt}): {T} tokens in chunks of {chunk}, {n_layers} layers, {m0['n_heads']}q/"
               f"{n_kv}kv heads, head_dim {m0['head_dim']}, model {str(compute_dtype).replace('torch.', '')}: "
-              f"mean next-token loss {loss:.4f}, forward+capture {secs:.1f} s")
+              f"mean next-token loss {loss:.4f}, forward+capture {secs:.1f} s" +
+              (f", peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
+               if str(args.device).startswith("cuda") else ""))
         if not args.no_pre_rope:
             plain = "n/a" if cap.theta_worst is None else f"{cap.theta_worst:.1e}"
             print(f"  pre-RoPE recovered: re-rotation residual {cap.rope_worst:.1e}; plain RoPE(rope_theta, rotary_dim) "

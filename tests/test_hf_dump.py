@@ -23,6 +23,7 @@ except ImportError:
     sys.exit(0)
 
 ROOT = Path(__file__).resolve().parents[1]
+DEV = os.environ.get("HF_DUMP_TEST_DEVICE", "cpu")  # e.g. cuda on the GPU machine
 SCRIPT = ROOT / "experiments" / "hf_dump.py"
 COMPARE = ROOT / "experiments" / "hf" / "compare_dumps.py"
 TEXT = ROOT / "data" / "text" / "kjv.txt.gz"
@@ -46,18 +47,18 @@ def run(*args):
 
 def reference_loss(arch, ids):
     """Mean next-token loss of the unmodified tiny model (its default attention), one pass."""
-    model, _, _, _ = hf_dump.build_random(arch, "cpu", torch.float32)
+    model, _, _, _ = hf_dump.build_random(arch, DEV, torch.float32)
     model.set_attn_implementation("sdpa" if arch not in ("gemma2", "gpt_oss") else "eager")
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([ids])).logits[0].float()
-    return torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(ids[1:])).item()
+        logits = model(input_ids=torch.tensor([ids], device=DEV)).logits[0].float()
+    return torch.nn.functional.cross_entropy(logits[:-1], torch.tensor(ids[1:], device=DEV)).item()
 
 
 def main():
     T = 160
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp) / "all"
-        rc, out, err = run("--random", "all", "--tokens", str(T), "--chunk", "48", "--device", "cpu", "--out", str(d))
+        rc, out, err = run("--random", "all", "--tokens", str(T), "--chunk", "48", "--device", DEV, "--out", str(d))
         print(out, err)
         check(rc == 0, f"--random all with the quick check: exit 0 (got {rc})")
         check(out.count(": ok") == len(hf_dump.ARCHS), "every architecture's check passed")
@@ -115,7 +116,7 @@ def main():
 
         for arch in ("gemma2", "gpt_oss", "smollm3"):
             one = Path(tmp) / f"{arch}_one.h5"
-            rc, out, err = run("--random", arch, "--tokens", str(T), "--chunk", "0", "--check", "off", "--device", "cpu",
+            rc, out, err = run("--random", arch, "--tokens", str(T), "--chunk", "0", "--check", "off", "--device", DEV,
                                "--out", str(one))
             p = subprocess.run([sys.executable, str(COMPARE), str(d / f"{arch}.h5"), str(one), "--tol", "1e-5"],
                                capture_output=True, text=True)
@@ -125,7 +126,7 @@ def main():
         for arch, fault in (("llama", "scaling"), ("mistral", "window"), ("gemma2", "softcap"), ("gpt_oss", "sinks")):
             outp = Path(tmp) / f"fault_{arch}.h5"
             rc, out, err = run("--random", arch, "--fault", fault, "--tokens", str(T), "--chunk", "64",
-                               "--device", "cpu", "--out", str(outp))
+                               "--device", DEV, "--out", str(outp))
             left = [n for n in os.listdir(tmp) if n.startswith(f".fault_{arch}")]
             check(rc == 1 and "do not reproduce" in err and not outp.exists() and not left,
                   f"{arch}: a wrong {fault} fails the check, exit 1, nothing left ({err.strip()})")
@@ -140,7 +141,7 @@ def main():
               and not outp.exists(), f"unsupported architecture refused in one line: {err.strip()}")
 
         outp = Path(tmp) / "full.h5"
-        rc, out, err = run("--random", "smollm3", "--check", "full", "--tokens", "96", "--chunk", "40", "--device", "cpu",
+        rc, out, err = run("--random", "smollm3", "--check", "full", "--tokens", "96", "--chunk", "40", "--device", DEV,
                            "--out", str(outp))
         check(rc == 0 and out.count("check layer") == 4 and "check (full)" in out, "--check full: every layer checked")
     print(f"{failures} failures")
