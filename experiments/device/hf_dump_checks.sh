@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hf_dump_checks.sh OUT: experiments/hf_dump.py on a GPU machine, in one command, logs in OUT:
+# hf_dump_checks.sh OUT [STEP...]: experiments/hf_dump.py on a GPU machine, in one command, logs in OUT:
 #   versions.log   python/torch/transformers/h5py, the GPU, which of the eleven model types transformers knows
 #   bf16.log       --random all, bfloat16 model, 2048 tokens in chunks of 512, the quick check
 #   fp32_full.log  --random all, float32 model, 2048 tokens in chunks of 500, --check full (every layer and query)
@@ -7,18 +7,20 @@
 #   8b.log         Llama-3-8B shapes (random bf16 weights), 32768 tokens in chunks of 1024, float16 storage:
 #                  time and peak GPU memory (the file is deleted afterwards)
 #   test.log       tests/test_hf_dump.py with HF_DUMP_TEST_DEVICE=cuda
-# Prints one line per step; exits 1 if any step failed.
+# STEPs (default all): bf16 fp32_full 8b chunks test. Prints one line per step; exits 1 if any step failed.
 set -uo pipefail
-out=$1
+out=$1; shift
+steps=${*:-bf16 fp32_full 8b chunks test}
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 export PYTHONUNBUFFERED=1
-text=data/text/kjv.txt.gz
-work=$(mktemp -d /tmp/hfdump.XXXXXX)
+export text=data/text/kjv.txt.gz
+export work=$(mktemp -d /tmp/hfdump.XXXXXX)
 fails=0
 step() {  # step NAME LIMIT_S CMD...
   local name=$1 limit=$2; shift 2
+  case " $steps " in *" $name "*) ;; *) return 0 ;; esac
   local t0=$(date +%s)
   timeout "$limit" "$@" > "$out/$name.log" 2>&1
   local rc=$?
@@ -45,8 +47,9 @@ chunks() {
     python3 experiments/hf/compare_dumps.py "$work/c_$a.h5" "$work/o_$a.h5" --tol 2e-2 || return 1
   done
 }
-step chunks 60 chunks
-step test 170 env HF_DUMP_TEST_DEVICE=cuda python3 tests/test_hf_dump.py
+export -f chunks
+step chunks 90 bash -c chunks
+step test 330 env HF_DUMP_TEST_DEVICE=cuda python3 tests/test_hf_dump.py
 rm -rf "$work"
 echo "hf_dump_checks: $fails step(s) failed"
 [ "$fails" = 0 ]
