@@ -113,7 +113,7 @@ def tiny_config(arch, big=False):
                               max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5,
                               bos_token_id=1, eos_token_id=2, pad_token_id=0)
     common = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768,
                   initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
     W = 24
     if arch == "llama":

@@ -3,14 +3,15 @@
 #   versions.log   python/torch/transformers/h5py, the GPU, which of the eleven model types transformers knows
 #   bf16.log       --random all, bfloat16 model, 2048 tokens in chunks of 512, the quick check
 #   fp32_full.log  --random all, float32 model, 2048 tokens in chunks of 500, --check full (every layer and query)
+#   long.log       --random all, float32 model, 16384 tokens in chunks of 1024 (sliding-window caches over many chunks)
 #   chunks.log     gemma3 and gpt_oss (bf16, 2048 tokens): chunks of 256 vs one pass (compare_dumps.py)
 #   8b.log         Llama-3-8B shapes (random bf16 weights), 32768 tokens in chunks of 1024, float16 storage:
 #                  time and peak GPU memory (the file is deleted afterwards)
 #   test.log       tests/test_hf_dump.py with HF_DUMP_TEST_DEVICE=cuda
-# STEPs (default all): bf16 fp32_full 8b chunks test. Prints one line per step; exits 1 if any step failed.
+# STEPs (default all): bf16 fp32_full 8b long chunks test. Prints one line per step; exits 1 if any step failed.
 set -uo pipefail
 out=$1; shift
-steps=${*:-bf16 fp32_full 8b chunks test}
+steps=${*:-bf16 fp32_full 8b long chunks test}
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -40,6 +41,7 @@ step bf16 90 python3 experiments/hf_dump.py --random all --model-dtype bfloat16 
 step fp32_full 90 python3 experiments/hf_dump.py --random all --model-dtype float32 --check full --text $text --tokens 2048 --chunk 500 --out "$work/fp32"
 step 8b 180 python3 experiments/hf_dump.py --random llama-8b --model-dtype bfloat16 --dtype float16 --text $text --tokens 32768 --chunk 1024 --out "$work/8b.h5"
 rm -f "$work/8b.h5"
+step long 120 python3 experiments/hf_dump.py --random all --model-dtype float32 --text $text --tokens 16384 --chunk 1024 --dtype float16 --out "$work/long"
 chunks() {
   for a in gemma3 gpt_oss; do
     python3 experiments/hf_dump.py --random $a --model-dtype bfloat16 --text $text --tokens 2048 --chunk 256 --check off --out "$work/c_$a.h5" &&
