@@ -14,6 +14,7 @@ def main():
     ap.add_argument("a")
     ap.add_argument("b")
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--per-layer", action="store_true", help="also print each layer's worst difference")
     args = ap.parse_args()
     bad = []
     with h5py.File(args.a, "r") as fa, h5py.File(args.b, "r") as fb:
@@ -28,10 +29,14 @@ def main():
             for key in ga.attrs:
                 if ga.attrs[key] != gb.attrs[key]:
                     bad.append(f"layer {l} attribute {key}: {ga.attrs[key]} vs {gb.attrs[key]}")
+            layer_worst = 0.0
             for name in ga:
                 x, y = ga[name][...].astype(np.float64), gb[name][...].astype(np.float64)
                 d = np.linalg.norm(x - y) / max(np.linalg.norm(x), 1e-300)
                 worst[name] = max(worst.get(name, 0.0), d)
+                layer_worst = max(layer_worst, d)
+            if args.per_layer:
+                print(f"layer {l}: worst rel diff {layer_worst:.2e}")
         for name, d in sorted(worst.items()):
             print(f"{name}: worst rel diff {d:.2e}")
             if d > args.tol:
