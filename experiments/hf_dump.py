@@ -86,7 +86,7 @@ def passage_ids(args, tok, vocab):
         n = max(4096, 6 * args.tokens)
         while True:
             ids = tok(text[:n], add_special_tokens=True)["input_ids"]
-            if len(ids) > args.tokens or n >= len(text):
+            if len(ids) > args.tokens + 16 or n >= len(text):  # the cut word lies past the passage
                 break
             n *= 2
         texts = tok.convert_ids_to_tokens(ids)
@@ -555,7 +555,7 @@ def dump_one(args, arch_or_none, out_path):
     store = np.float16 if args.dtype == "float16" else np.float32
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(out_path) + ".tmp-", dir=out_dir)
     os.close(fd)
-    cap = None
+    cap = f = None
     try:
         f = h5py.File(tmp, "w")
         check_layers, check_pos = ([], torch.zeros(0, dtype=torch.int64)) if args.check == "off" else \
@@ -641,11 +641,9 @@ def dump_one(args, arch_or_none, out_path):
         if cap is not None:
             cap.remove()
         holder.pop("cap", None)
+        if f is not None and f.id.valid:
+            f.close()
         if os.path.exists(tmp):
-            try:
-                h5py.File(tmp, "r").close()
-            except Exception:
-                pass
             os.remove(tmp)
 
 
@@ -688,6 +686,7 @@ def main():
     def on_term(signum, frame):
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also where the shell started us with SIGINT ignored
     try:
         if args.random == "all":
             os.makedirs(args.out, exist_ok=True)

@@ -54,7 +54,7 @@ chunks() {  # float32: the same tensors to rounding; bfloat16 (gpt_oss): printed
   { python3 experiments/hf/compare_dumps.py "$work/cb.h5" "$work/ob.h5" --per-layer || true; }
 }
 export -f chunks
-step chunks 90 bash -c chunks
+step chunks 180 bash -c chunks
 step test 330 env HF_DUMP_TEST_DEVICE=cuda python3 tests/test_hf_dump.py
 rm -rf "$work"
 echo "hf_dump_checks: $fails step(s) failed"
