@@ -29,7 +29,8 @@ it the run fails (exit 1) and no file is left under the final name.
 
 Pre-RoPE q/k (q_pre, k_pre) are recovered by inverting each layer's rotation with the cos/sin the model
 passed to that layer (the inverse is divided by cos^2 + sin^2, so scaled RoPE variants invert too); the
-recovered tensors are re-rotated and compared with the captured ones. NoPE layers store q_pre = q.
+recovered tensors are re-rotated and compared with the captured ones. NoPE layers store q_pre = q. For plain
+RoPE, half-split RoPE(rope_theta, rotary_dim) of k_pre as written must give k within 0.05, else the run fails.
 The per-layer rope_theta/rotary_dim/"half-split" describe the rotation exactly only for plain RoPE; for
 scaled RoPE (llama3, yarn, longrope, ...) the root attribute `rope_scaling_type` names the variant and
 config_json holds its parameters.
@@ -386,6 +387,8 @@ class Capture:
                     g.attrs["softcap"] = 0.0
                 elif self.fault == "sinks" and sinks is not None:
                     del g["sinks"]
+                elif self.fault == "theta" and meta["rotary_dim"]:
+                    g.attrs["rope_theta"] = meta["rope_theta"] * 10
         elif meta != self.meta[idx]:
             raise Refusal(f"layer {idx}: attention arguments changed between chunks ({self.meta[idx]} vs {meta}); "
                           "use --chunk 0")
@@ -404,7 +407,8 @@ class Capture:
                     raise Refusal(f"layer {idx}: cannot recover pre-RoPE q/k ({why or why2}); use --no-pre-rope")
                 if meta["rope_type"] == "default":
                     self.theta_worst = max(self.theta_worst or 0.0,
-                                           self.plain_rope_residual(kp, k.float(), start, meta["rope_theta"], rdim))
+                                           self.plain_rope_residual(kp, k.float(), start,
+                                                                    float(g.attrs["rope_theta"]), int(g.attrs["rotary_dim"])))
             self.write(g, "q_pre", qp, start)
             self.write(g, "k_pre", kp, start)
         if idx in self.check_layers:
@@ -624,6 +628,9 @@ def dump_one(args, arch_or_none, out_path):
                   f"vs the model's rotation: {plain}" + ("" if types == ["default"] or not types else
                                                          f" (scaled RoPE '{scaling_type}': rope_theta alone does not "
                                                          "give the rotation; config_json has its parameters)"))
+        if cap.theta_worst is not None and cap.theta_worst > 0.05:  # float32 angles at 32K positions: ~1e-3
+            raise Refusal(f"{out_path}: the per-layer rope_theta/rotary_dim do not describe the model's rotation "
+                          f"(residual {cap.theta_worst:.2e}); nothing written; report the architecture")
         if args.check != "off":
             tol = 8 * (unit_roundoff(compute_dtype) + unit_roundoff(torch.float16 if store is np.float16 else torch.float32)) + 1e-5
             worst, lines = run_check(tmp, cap, tol, args.device)
@@ -664,12 +671,13 @@ def main():
                     help="dtype the model computes in (auto: the checkpoint's; float32 for --random)")
     ap.add_argument("--fp32", action="store_true", help="same as --model-dtype float32")
     ap.add_argument("--chunk", type=int, default=1024, help="tokens per forward chunk (0: the whole passage at once)")
-    ap.add_argument("--check", choices=["quick", "full", "off"], default="quick")
+    ap.add_argument("--check", choices=["quick", "full", "off"], nargs="?", const="full", default="quick",
+                    help="reproduction check (default quick; a bare --check means full)")
     ap.add_argument("--check-layers", type=int, default=3, help="quick check: layers besides one of each kind")
     ap.add_argument("--check-queries", type=int, default=256, help="quick check: query positions")
     ap.add_argument("--no-pre-rope", action="store_true", help="do not write q_pre/k_pre (has_pre_rope = 0)")
     ap.add_argument("--device", default=None)
-    ap.add_argument("--fault", choices=["scaling", "window", "softcap", "sinks"], help=argparse.SUPPRESS)  # tests
+    ap.add_argument("--fault", choices=["scaling", "window", "softcap", "sinks", "theta"], help=argparse.SUPPRESS)  # tests
     args = ap.parse_args()
     if args.fp32:
         args.model_dtype = "float32"

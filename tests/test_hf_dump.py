@@ -6,7 +6,7 @@ in chunks that do not divide the passage; the files carry the v2 attributes each
 (gemma2 soft-cap and windows, gemma3's two RoPE bases, phi3's partial RoPE, smollm3's NoPE layers, granite's
 attention_multiplier, gpt_oss's sinks); the loss in each file equals the loss of the unmodified model (its
 default attention, one pass); chunked and one-pass dumps hold the same tensors; a wrong scaling, window,
-soft-cap or sink in the file makes the check fail with exit 1 and leaves no file; a folder of an unsupported
+soft-cap, sink or RoPE base in the file makes the check fail with exit 1 and leaves no file; a folder of an unsupported
 architecture is refused in one line naming it; --check full passes. Elsewhere it prints
 "OSCAR-SKIPPED: torch/transformers not installed" and exits 0 (CTest reports it skipped).
 """
@@ -130,6 +130,12 @@ def main():
             left = [n for n in os.listdir(tmp) if n.startswith(f".fault_{arch}")]
             check(rc == 1 and "do not reproduce" in err and not outp.exists() and not left,
                   f"{arch}: a wrong {fault} fails the check, exit 1, nothing left ({err.strip()})")
+
+        outp = Path(tmp) / "fault_theta.h5"
+        rc, out, err = run("--random", "gemma3", "--fault", "theta", "--tokens", str(T), "--chunk", "64",
+                           "--device", DEV, "--out", str(outp))
+        check(rc == 1 and "do not describe the model's rotation" in err and not outp.exists(),
+              f"gemma3: a wrong rope_theta is refused ({err.strip()})")
 
         bad = Path(tmp) / "gpt2-folder"
         bad.mkdir()
