@@ -302,7 +302,8 @@ class Capture:
             scaling = D ** -0.5
         return {"scaling": float(scaling), "sliding_window": int(sliding_window or 0), "softcap": float(softcap or 0.0),
                 "rope_convention": "half-split" if uses_rope else "none", "rotary_dim": rdim,
-                "rope_theta": theta if uses_rope else 0.0, "rope_type": rtype, "n_heads": H, "head_dim": D,
+                # NoPE layers keep the model's base as rope_theta (rotary_dim 0 and "none" say it is unused)
+                "rope_theta": theta, "rope_type": rtype, "n_heads": H, "head_dim": D,
                 "has_sinks": sinks is not None}
 
     def unrotate(self, idx, x, rdim):
