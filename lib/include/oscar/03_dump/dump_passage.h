@@ -5,6 +5,8 @@
 #pragma once
 #include <string>
 
+#include "oscar/02_model/loaded_model.h"  // is_gguf
+
 namespace oscar {
 
 struct DumpRequest {
@@ -27,7 +29,5 @@ struct DumpSummary {
 };
 
 DumpSummary dump_passage(const DumpRequest& req);
-// True for a model file named *.gguf (its tokenizer comes from the file; no --tokenizer).
-bool is_gguf(const std::string& path);
 
 }  // namespace oscar
