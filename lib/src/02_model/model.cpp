@@ -1,14 +1,15 @@
 // model.cpp: the forward pass. One chunk of n tokens at positions p..p+n-1 per call; matrix products
-// through linear() (weights.h: Eigen, multi-threaded by OpenMP), attention per query head in parallel,
+// through linear() (weights.h: Eigen over row blocks in parallel), attention per query head in parallel
+// (parallel.h's chunk loop),
 // or by the cache itself when it implements KvCache::attend().
 #include "oscar/02_model/model.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "oscar/01_core/error.h"
+#include "oscar/01_core/parallel.h"
 
 namespace oscar {
 
@@ -208,8 +209,8 @@ void attend_cpu(KvCache& cache, int layer, const MatrixRM& q, int p0, int hd, in
   cache.attention_view(layer, K, V);
   const int n = static_cast<int>(q.rows()), n_heads = static_cast<int>(q.cols()) / hd, T = p0 + n;
   if (K->rows() != T || V->rows() != T) fail("internal: cache view of layer {} has {} rows, expected {}", layer, K->rows(), T);
-#pragma omp parallel for schedule(static)
-  for (int h = 0; h < n_heads; ++h) {
+  parallel_chunks(n_heads, [&](int64_t head) {
+    const int h = static_cast<int>(head);
     const int kvh = h / group;
     MatrixRM s = (q.middleCols(h * hd, hd) * K->middleCols(kvh * hd, hd).transpose()) * scale;  // [n, T]
     for (int t = 0; t < n; ++t) {
@@ -227,7 +228,7 @@ void attend_cpu(KvCache& cache, int layer, const MatrixRM& q, int p0, int hd, in
       for (int j = last + 1; j < T; ++j) s(t, j) = 0.f;
     }
     att_out.middleCols(h * hd, hd).noalias() = s * V->middleCols(kvh * hd, hd);
-  }
+  });
 }
 
 void add_bias(MatrixRM& x, const float* b) {
