@@ -111,6 +111,34 @@ EvalResult run_eval(const EvalRequest& req) {
   const ModelConfig& mc = lm.config;
   const auto lines = read_lines(req.text);
   const int ctx = mc.seq_len, hd = mc.head_dim();
+  // Resolve every recipe as soon as the model's shape is known, so that a recipe that cannot apply (to this
+  // head_dim, or on the GPU) stops the run before any text is read.
+  struct Job {
+    Recipe r;
+    int bits;
+    bool gpu;  // attends through the CUDA kernels
+  };
+  std::vector<Job> jobs;
+  bool need_calib = false;
+  for (const auto& rf : req.recipes) {
+    const bool fp = rf.bits.size() == 1 && rf.bits[0] == 16;
+    Recipe spec = rf.recipe;
+    if (req.gpu && !fp)  // the model's shape first: resolving a recipe for an unsupported head_dim may fail otherwise
+      if (const std::string why = gpu_model_unsupported_reason(mc); !why.empty())
+        fail("--gpu: recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu", spec.name, why, kGpuSupported);
+    if (req.clamp_groups)
+      for (TensorQuant* q : {&spec.key, &spec.value})
+        if (q->axis == QuantAxis::PerToken && q->group > hd) q->group = 0;  // 0 = head_dim
+    for (int b : fp ? std::vector<int>{16} : req.bits) {
+      Recipe r = resolve_recipe(spec, b, hd);
+      const bool gpu = req.gpu && (r.key.quantized() || r.value.quantized());  // fp16 stays on the CPU
+      if (gpu)
+        if (const std::string why = gpu_unsupported_reason(r, mc); !why.empty())
+          fail("--gpu: recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu", r.name, why, kGpuSupported);
+      jobs.push_back({std::move(r), b, gpu});
+      need_calib = need_calib || jobs.back().r.calibrated();
+    }
+  }
   const std::string ctx_hint = fmt::format(" ({} has seq_len {})", req.model, ctx);
   const int tokens = req.tokens > 0 ? req.tokens : std::min(kDefaultTokens, ctx);
   const int calib_tokens = req.calib_tokens > 0 ? req.calib_tokens : std::min(kDefaultTokens, ctx);
@@ -143,30 +171,6 @@ EvalResult run_eval(const EvalRequest& req) {
     newline = lm.newline_token();
   }
 
-  // Resolve every recipe, so that a recipe that cannot apply stops the run before any work.
-  struct Job {
-    Recipe r;
-    int bits;
-    bool gpu;  // attends through the CUDA kernels
-  };
-  std::vector<Job> jobs;
-  bool need_calib = false;
-  for (const auto& rf : req.recipes) {
-    const bool fp = rf.bits.size() == 1 && rf.bits[0] == 16;
-    Recipe spec = rf.recipe;
-    if (req.clamp_groups)
-      for (TensorQuant* q : {&spec.key, &spec.value})
-        if (q->axis == QuantAxis::PerToken && q->group > hd) q->group = 0;  // 0 = head_dim
-    for (int b : fp ? std::vector<int>{16} : req.bits) {
-      Recipe r = resolve_recipe(spec, b, hd);
-      const bool gpu = req.gpu && (r.key.quantized() || r.value.quantized());  // fp16 stays on the CPU
-      if (gpu)
-        if (const std::string why = gpu_unsupported_reason(r, mc); !why.empty())
-          fail("--gpu: recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu", r.name, why, kGpuSupported);
-      jobs.push_back({std::move(r), b, gpu});
-      need_calib = need_calib || jobs.back().r.calibrated();
-    }
-  }
   // The calibration passage: the same model, other text by content (token ids, line ranges).
   Passage cal_passage;
   PassageOrigin cal_origin;
