@@ -6,8 +6,8 @@
 // after a loop (the next one of the same step usually follows at once), then sleep.
 // Contract: fn(i) runs exactly once for each i in [0, n), on the calling thread or a helper, chunks in any
 // order and concurrently; each call must write disjoint memory, so the result does not depend on which
-// thread ran what. The loop returns when all chunks have finished; the first exception thrown by a chunk is
-// rethrown on the caller. Helpers: omp_get_max_threads() - 1 (OMP_NUM_THREADS), created on first use.
+// thread ran what. The loop returns when every chunk has finished, or after a chunk threw, every started one
+// (the others may be skipped); the first exception thrown is then rethrown on the caller. Helpers: omp_get_max_threads() - 1 (OMP_NUM_THREADS), created on first use.
 // A call from inside a parallel_chunks chunk or an OpenMP parallel region, or while another thread is
 // running a loop, runs serially on the caller.
 #pragma once
