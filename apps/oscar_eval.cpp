@@ -3,16 +3,15 @@
 // Every option and the --out folder are checked before any decoding; the tables print only once the
 // outputs are written.
 #include "app_main.h"
-#include "oscar/02_model/checkpoint.h"
 #include "oscar/09_eval/eval.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-eval: end-to-end fidelity of quantized-cache recipes on held-out text"};
   oscar::EvalRequest r;
   std::vector<std::string> recipes{"fp16", "naive", "kivi", "quarot", "turboquant", "oscar-omni", "oscar-cov"};
-  bool quiet = false, clamp = false;
-  app.add_option("--model", r.model, "llama2.c checkpoint")->required();
-  app.add_option("--tokenizer", r.tokenizer, "llama2.c tokenizer")->required();
+  bool quiet = false;
+  app.add_option("--model", r.model, "llama2.c checkpoint, or a GGUF file (FILE.gguf: the tokenizer comes from the file)")->required();
+  app.add_option("--tokenizer", r.tokenizer, "the llama2.c checkpoint's tokenizer.bin (not with a GGUF)");
   app.add_option("--text", r.text, "text, one verse a line (plain or .gz)")->required();
   app.add_option("--offset", r.offset, "first line of the evaluated passage (negative: from the end)")->default_val(-404);
   app.add_option("--tokens", r.tokens, "evaluated passage length, BOS included (default: 1024, or the model's context if shorter)");
@@ -25,7 +24,7 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", r.prompt, "prompt for greedy generation (with --generate)");
   app.add_option("--generate", r.generate, "tokens to generate greedily from --prompt")->default_val(0);
   app.add_option("--out", r.out, "folder for eval.csv, eval.md, recall.csv, recall.png (checked before any work)");
-  app.add_flag("--clamp-groups", clamp, "per-token groups wider than the model's head_dim become head_dim (small models)");
+  app.add_flag("--clamp-groups", r.clamp_groups, "per-token groups wider than the model's head_dim become head_dim (small models)");
   app.add_flag("--gpu", r.gpu, "quantized recipes attend through the CUDA decode kernels (oscar-cov and oscar-omni at 2 or 4 bits, head_dim 128; fp16 stays on the CPU)");
   app.add_flag("--quiet", quiet, "no progress bar");
   return oscar::run_app("oscar-eval", app, argc, argv, [&] {
@@ -36,12 +35,6 @@ int main(int argc, char** argv) {
     oscar::validate_eval_options(r);  // before loading recipe files or the model
     for (const auto& name : recipes)
       r.recipes.push_back(name.ends_with(".yaml") ? oscar::load_recipe_file(name) : oscar::load_preset(name));
-    if (clamp) {
-      const int hd = oscar::load_checkpoint(r.model).config.head_dim();
-      for (auto& rf : r.recipes)
-        for (oscar::TensorQuant* q : {&rf.recipe.key, &rf.recipe.value})
-          if (q->axis == oscar::QuantAxis::PerToken && q->group > hd) q->group = 0;  // 0 = head_dim
-    }
     const oscar::EvalResult res = oscar::run_eval(r);
     if (!r.out.empty()) oscar::write_eval_outputs(r, res, r.out);  // before printing: a failure prints no table
     fmt::print("{}", oscar::eval_markdown(r, res));

@@ -1,14 +1,15 @@
 // model.cpp: the forward pass. One chunk of n tokens at positions p..p+n-1 per call; matrix products
-// through linear() (weights.h: Eigen, multi-threaded by OpenMP), attention per query head in parallel,
+// through linear() (weights.h: Eigen over row blocks in parallel), attention per query head in parallel
+// (parallel.h's chunk loop),
 // or by the cache itself when it implements KvCache::attend().
 #include "oscar/02_model/model.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "oscar/01_core/error.h"
+#include "oscar/01_core/parallel.h"
 
 namespace oscar {
 
@@ -202,18 +203,23 @@ void apply_rope(MatrixRM& x, int head_dim, bool adjacent, const RopeTable& rt) {
 }
 
 // Attention of the chunk's queries q [n, n_heads*hd] (positions p0..p0+n-1) over the cache's view of
-// `layer`, per query head in parallel (causal softmax in float).
+// `layer` (causal softmax in float). Work items are (query head, block of kQueryBlock query rows), in
+// parallel; a block reads only the keys its last row can see, so a long prefill skips the masked half of
+// the scores.
+constexpr int kQueryBlock = 128;
 void attend_cpu(KvCache& cache, int layer, const MatrixRM& q, int p0, int hd, int group, float scale, MatrixRM& att_out) {
   const MatrixRM *K = nullptr, *V = nullptr;
   cache.attention_view(layer, K, V);
   const int n = static_cast<int>(q.rows()), n_heads = static_cast<int>(q.cols()) / hd, T = p0 + n;
   if (K->rows() != T || V->rows() != T) fail("internal: cache view of layer {} has {} rows, expected {}", layer, K->rows(), T);
-#pragma omp parallel for schedule(static)
-  for (int h = 0; h < n_heads; ++h) {
+  const int n_blocks = (n + kQueryBlock - 1) / kQueryBlock;
+  parallel_chunks(static_cast<int64_t>(n_heads) * n_blocks, [&](int64_t item) {
+    const int h = static_cast<int>(item / n_blocks), r0 = static_cast<int>(item % n_blocks) * kQueryBlock;
+    const int rows = std::min(kQueryBlock, n - r0), keys = p0 + r0 + rows;  // keys 0..keys-1 are visible
     const int kvh = h / group;
-    MatrixRM s = (q.middleCols(h * hd, hd) * K->middleCols(kvh * hd, hd).transpose()) * scale;  // [n, T]
-    for (int t = 0; t < n; ++t) {
-      const int last = p0 + t;  // causal: attends to positions 0..last
+    MatrixRM s = (q.block(r0, h * hd, rows, hd) * K->block(0, kvh * hd, keys, hd).transpose()) * scale;  // [rows, keys]
+    for (int t = 0; t < rows; ++t) {
+      const int last = p0 + r0 + t;  // causal: attends to positions 0..last
       float m = -INFINITY;
       for (int j = 0; j <= last; ++j) m = std::max(m, s(t, j));
       float sum = 0.f;
@@ -224,10 +230,10 @@ void attend_cpu(KvCache& cache, int layer, const MatrixRM& q, int p0, int hd, in
       }
       const float inv = 1.0f / sum;
       for (int j = 0; j <= last; ++j) s(t, j) *= inv;
-      for (int j = last + 1; j < T; ++j) s(t, j) = 0.f;
+      for (int j = last + 1; j < keys; ++j) s(t, j) = 0.f;
     }
-    att_out.middleCols(h * hd, hd).noalias() = s * V->middleCols(kvh * hd, hd);
-  }
+    att_out.block(r0, h * hd, rows, hd).noalias() = s * V->block(0, kvh * hd, keys, hd);
+  });
 }
 
 void add_bias(MatrixRM& x, const float* b) {

@@ -1,17 +1,18 @@
 // weights.cpp: WeightMatrix and the blocked dequantize + Eigen product. Each OpenMP thread owns one
 // float32 scratch buffer (thread_local, grown up to linear_scratch_floats()); a block of rows is
-// dequantized into it and multiplied by Eigen single-threaded (Eigen does not spawn threads inside an
-// OpenMP parallel region), so blocks run in parallel without sharing memory.
+// dequantized into it and multiplied by Eigen single-threaded (parallel_chunks' threads are not OpenMP's,
+// and Eigen does not parallelise a product of this size: see linear_impl), so blocks run in parallel
+// without sharing memory.
 #include "oscar/02_model/weights.h"
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "oscar/01_core/error.h"
+#include "oscar/01_core/parallel.h"
 
 namespace oscar {
 
@@ -150,15 +151,16 @@ void linear_impl(const MatrixRM& x, const WeightMatrix& W, MatrixRM& out) {
   const int64_t R = W.rows(), C = W.cols(), n = x.rows();
   if constexpr (!Accumulate) out.resize(n, R);
   if (n == 0 || R == 0) return;
-  const int threads = omp_get_max_threads();
+  const int threads = parallel_threads();
   const int64_t cap_rows = std::max<int64_t>(1, (n <= kDecodeTokens ? kDecodeBlockFloats : kScratchFloats) / C);
   // At least 4 blocks per thread where the matrix allows (balance), rows a multiple of 8 (Eigen's panels).
   int64_t block = (R + 4 * threads - 1) / (4 * threads);
   block = std::min(cap_rows, (block + 7) / 8 * 8);
   block = std::max<int64_t>(1, std::min(block, R));
   const int64_t n_blocks = (R + block - 1) / block;
-#pragma omp parallel for schedule(dynamic, 1) if (n_blocks > 1)
-  for (int64_t b = 0; b < n_blocks; ++b) {
+  // Blocks claimed one at a time (parallel.h): a decode step's products are a fraction of a millisecond,
+  // too short for an OpenMP region's join on a busy machine.
+  parallel_chunks(n_blocks, [&](int64_t b) {
     thread_local std::vector<float> scratch;
     const int64_t r0 = b * block, nb = std::min(block, R - r0);
     if (static_cast<int64_t>(scratch.size()) < nb * C) scratch.resize(static_cast<size_t>(nb * C));
@@ -167,7 +169,7 @@ void linear_impl(const MatrixRM& x, const WeightMatrix& W, MatrixRM& out) {
       out.middleCols(r0, nb).noalias() += x * ConstMapRM(scratch.data(), nb, C).transpose();
     else
       out.middleCols(r0, nb).noalias() = x * ConstMapRM(scratch.data(), nb, C).transpose();
-  }
+  });
 }
 
 }  // namespace

@@ -7,81 +7,27 @@
 #include <memory>
 #include <optional>
 
-#include "oscar/02_model/bpe_tokenizer.h"
-#include "oscar/02_model/checkpoint.h"
-#include "oscar/02_model/gguf_model.h"
-#include "oscar/02_model/gguf_vocab.h"
+#include "oscar/02_model/loaded_model.h"
 #include "oscar/03_dump/dump.h"
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/output_files.h"
 #include "oscar/02_model/model.h"
 #include "oscar/02_model/passage.h"
 #include "oscar/01_core/progress.h"
-#include "oscar/02_model/tokenizer.h"
 
 namespace oscar {
-
-bool is_gguf(const std::string& path) { return std::filesystem::path(path).extension() == ".gguf"; }
-
-namespace {
-
-// What the dump needs of a model, from a llama2.c checkpoint (+ its tokenizer file) or a GGUF file (which
-// carries its tokenizer).
-struct LoadedModel {
-  std::string name, sha256, tokenizer_source, encoding;
-  ModelConfig config;
-  std::unique_ptr<Checkpoint> ck;  // heap: the Model keeps a reference to it
-  std::optional<GgufModel> gguf;
-  std::optional<Tokenizer> tok;
-  std::optional<BpeTokenizer> bpe;
-  std::unique_ptr<Model> llama2c;
-  const Model& model() const { return gguf ? gguf->model() : *llama2c; }
-  std::string display(int id) const { return bpe ? bpe->piece(id) : tok->display(id); }
-};
-
-LoadedModel load_for_dump(const DumpRequest& req) {
-  LoadedModel m;
-  if (is_gguf(req.model)) {
-    if (!req.tokenizer.empty())
-      fail("{}: a GGUF file carries its own tokenizer; drop --tokenizer {}", req.model, req.tokenizer);
-    m.gguf.emplace(GgufModel::load(req.model));
-    m.bpe.emplace(vocab_spec_from_gguf(m.gguf->file()), req.model);
-    m.config = m.gguf->config();
-    m.name = m.gguf->name();
-    m.sha256 = m.gguf->sha256();
-    m.tokenizer_source = req.model;
-    m.encoding = fmt::format("the GGUF's {} tokenizer{}", m.bpe->spec().model, m.bpe->spec().add_bos ? " with BOS" : " (no BOS)");
-    if (m.bpe->vocab_size() != m.config.vocab_size)
-      fail("{}: the tokenizer has {} tokens but the model's embedding {} rows; the file is inconsistent", req.model,
-           m.bpe->vocab_size(), m.config.vocab_size);
-  } else {
-    if (req.tokenizer.empty()) fail("{}: a llama2.c checkpoint needs --tokenizer (its tokenizer.bin)", req.model);
-    m.ck = std::make_unique<Checkpoint>(load_checkpoint(req.model));
-    m.tok.emplace(Tokenizer::load(req.tokenizer, m.ck->config.vocab_size));
-    m.config = m.ck->config;
-    m.name = m.ck->name;
-    m.sha256 = m.ck->sha256;
-    m.tokenizer_source = req.tokenizer;
-    m.encoding = "BOS + llama2.c encoding";
-    m.llama2c = std::make_unique<Model>(*m.ck);
-  }
-  return m;
-}
-
-}  // namespace
 
 DumpSummary dump_passage(const DumpRequest& req) {
   const auto t0 = std::chrono::steady_clock::now();
   if (req.dtype != "float32" && req.dtype != "float16") fail("--dtype {} is not supported (use float32 or float16)", req.dtype);
   check_output_file(req.out);  // before loading anything; DumpWriter checks the room once the size is known
-  const LoadedModel lm = load_for_dump(req);
+  const LoadedModel lm = LoadedModel::load(req.model, req.tokenizer);
   const ModelConfig& cfg = lm.config;
   const auto lines = read_lines(req.text);
   if (req.tokens > cfg.seq_len)
     fail("--tokens {} is beyond the model's context: {} has seq_len {}; use --tokens {} or fewer", req.tokens, req.model,
          cfg.seq_len, cfg.seq_len);
-  const Passage p = lm.bpe ? select_passage(req.text, lines, req.offset, req.tokens, *lm.bpe)
-                           : select_passage(req.text, lines, req.offset, req.tokens, *lm.tok);
+  const Passage p = lm.select_passage(req.text, lines, req.offset, req.tokens);
 
   DumpInfo info;
   info.model_name = lm.name;

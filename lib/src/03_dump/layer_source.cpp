@@ -157,8 +157,8 @@ ModelLayerSource::ModelLayerSource(const Model& model, PassageOrigin origin, con
   if (ids.size() < 2) fail("{}: a passage needs at least 2 tokens, this one has {}", origin_.where, ids.size());
   if (static_cast<long>(ids.size()) > c.seq_len)
     fail("{}: {} tokens are beyond the model's context of {} tokens", origin_.where, ids.size(), c.seq_len);
-  info_.model_name = model.checkpoint().name;
-  info_.checkpoint_sha256 = model.checkpoint().sha256;
+  info_.model_name = origin_.model_name;  // the origin names the model (passage_origin): a GGUF has no Checkpoint
+  info_.checkpoint_sha256 = origin_.checkpoint_sha256;
   set_model_fields(info_, c);  // shapes, RoPE, architecture, config_json, per-layer attention
   info_.text_source = text_source;
   info_.token_count = static_cast<long>(ids.size());

@@ -90,12 +90,17 @@ std::string omni_reason(const Recipe& r) {
 
 bool gpu_uses_omni_format(const Recipe& r) { return r.omni_token_scaling || r.key.axis == QuantAxis::PerChannel; }
 
-std::string gpu_unsupported_reason(const Recipe& r, const ModelConfig& c) {
+std::string gpu_model_unsupported_reason(const ModelConfig& c) {
   const int hd = c.head_dim();
   if (hd != 128) return fmt::format("the model's head_dim is {}", hd);
   if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0 || c.n_heads / c.n_kv_heads > 8)
     return fmt::format("{} query heads on {} KV heads, at most 8 per KV head", c.n_heads, c.n_kv_heads);
-  return gpu_uses_omni_format(r) ? omni_reason(r) : cov_reason(r, hd);
+  return "";
+}
+
+std::string gpu_unsupported_reason(const Recipe& r, const ModelConfig& c) {
+  if (std::string why = gpu_model_unsupported_reason(c); !why.empty()) return why;
+  return gpu_uses_omni_format(r) ? omni_reason(r) : cov_reason(r, c.head_dim());
 }
 
 void require_cuda_device() {

@@ -2,7 +2,6 @@
 #include "oscar/09_eval/decoding.h"
 
 #include "oscar/01_core/error.h"
-#include "oscar/02_model/tokenizer.h"
 
 namespace oscar {
 
@@ -25,18 +24,17 @@ std::vector<int> decode_greedy(const Model& m, KvCache& cache, std::span<const i
   return out;
 }
 
-RecallSequence recall_sequence(std::span<const int> a, int newline, std::span<const int> filler, int distance) {
+RecallSequence recall_sequence(std::span<const int> a, int newline, std::span<const int> filler, int distance, int start) {
   if (distance < 2) fail("recall distance {} is too short: it must be at least 2 (the two line breaks around the filler)", distance);
-  if (static_cast<long>(filler.size()) < distance)
-    fail("internal: the recall filler has {} tokens, distance {} needs {}", filler.size(), distance, distance);
+  if (static_cast<long>(filler.size()) < distance - 2)
+    fail("internal: the recall filler has {} tokens, distance {} needs {}", filler.size(), distance, distance - 2);
   RecallSequence r;
   r.span = static_cast<int>(a.size());
-  r.tokens.push_back(Tokenizer::kBos);
+  r.tokens.push_back(start);
   r.first = 1;
   r.tokens.insert(r.tokens.end(), a.begin(), a.end());
   r.tokens.push_back(newline);
-  // The filler's first two ids are BOS and a dummy-prefix piece: take it from index 2.
-  r.tokens.insert(r.tokens.end(), filler.begin() + 2, filler.begin() + distance);
+  r.tokens.insert(r.tokens.end(), filler.begin(), filler.begin() + (distance - 2));
   r.tokens.push_back(newline);
   r.repeat = static_cast<int>(r.tokens.size());
   r.tokens.insert(r.tokens.end(), a.begin(), a.end());

@@ -1,9 +1,11 @@
 // dump_passage.h: oscar-dump's work: load a model (a llama2.c checkpoint and its tokenizer, or a GGUF file of
 // architecture llama/qwen2/qwen3 with the tokenizer in its metadata), pick a passage of a text, run the
-// model over it and write dump format v1, layer by layer, as the forward pass produces it. A passage
+// model over it and write dump format v2, layer by layer, as the forward pass produces it. A passage
 // whose loss is worse than uniform is refused before the file appears (see allow_high_loss).
 #pragma once
 #include <string>
+
+#include "oscar/02_model/loaded_model.h"  // is_gguf
 
 namespace oscar {
 
@@ -27,7 +29,5 @@ struct DumpSummary {
 };
 
 DumpSummary dump_passage(const DumpRequest& req);
-// True for a model file named *.gguf (its tokenizer comes from the file; no --tokenizer).
-bool is_gguf(const std::string& path);
 
 }  // namespace oscar

@@ -24,6 +24,9 @@ namespace oscar {
 // Omni-Token Scaling with fp16 norms, keys per channel over 32 tokens, values per token in groups of 32,
 // clip 1, residual block of 128, no sink or recent window.
 std::string gpu_unsupported_reason(const Recipe& recipe, const ModelConfig& c);
+// The part of it that depends on the model alone (head_dim 128, at most 8 query heads per KV head), or "":
+// checkable before a recipe is resolved for the model's head_dim.
+std::string gpu_model_unsupported_reason(const ModelConfig& c);
 // What the kernels support, for messages.
 inline constexpr const char* kGpuSupported = "supported: oscar-cov and oscar-omni at 2 or 4 bits, head_dim 128";
 

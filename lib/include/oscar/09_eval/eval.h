@@ -1,4 +1,5 @@
-// eval.h: oscar-eval's work: the model decodes with each recipe's quantized cache (QuantizedKvCache,
+// eval.h: oscar-eval's work: the model (a llama2.c checkpoint with its tokenizer, or a GGUF file with the
+// tokenizer of its metadata: LoadedModel) decodes with each recipe's quantized cache (QuantizedKvCache,
 // token by token as a server would) and is compared with full precision: next-token loss and
 // perplexity on held-out text, KL(full || quantized) of the next-token distributions, top-1 agreement;
 // a recall test (a passage, unrelated text of growing length, the passage again: the loss on the

@@ -9,7 +9,9 @@
 namespace oscar {
 
 struct EvalRequest {
-  std::string model, tokenizer, text;  // --model, --tokenizer, --text
+  std::string model;                   // --model: a llama2.c checkpoint, or a *.gguf file (tokenizer from its metadata)
+  std::string tokenizer;               // --tokenizer: the checkpoint's tokenizer.bin (none with a GGUF)
+  std::string text;                    // --text
   long offset = -404;                  // --offset: evaluation passage (held-out Revelation by default)
   int tokens = 0;                      // --tokens; 0: min(1024, the model's context)
   long calib_offset = 0;               // --calib-offset: calibration passage (Genesis), also the recall filler
@@ -23,6 +25,7 @@ struct EvalRequest {
   std::string out;                     // --out: checked before any work when set (written by write_eval_outputs)
   bool progress = true;
   bool gpu = false;  // --gpu: quantized recipes attend through the CUDA kernels (GpuKvCache)
+  bool clamp_groups = false;  // --clamp-groups: per-token groups wider than the model's head_dim become head_dim
 };
 
 struct EvalRow {
