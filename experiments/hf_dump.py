@@ -642,6 +642,9 @@ def dump_one(args, arch_or_none, out_path):
             if worst > tol:
                 raise Refusal(f"{out_path}: the dumped tensors do not reproduce the model's attention (rel err "
                               f"{worst:.2e} > {tol:.1e}); nothing written; report the architecture")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp made it 0600; the dump gets an ordinary file's mode
         os.replace(tmp, out_path)
         print(f"  -> {out_path}")
         return worst if args.check != "off" else None
