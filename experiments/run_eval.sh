@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# run_eval.sh [BUILD_DIR]: oscar-eval on both bundled models at 2 bits: held-out Revelation, oscar-cov
-# calibrated on Genesis, the recall test and greedy generation; into ${OSCAR_RESULTS:-results}/eval/.
-# QUICK=1 runs a reduced version (shorter passages, two recall distances) for the CI test.
+# run_eval.sh [BUILD_DIR]: oscar-eval at 2 bits on SmolLM2-135M-Instruct (the real model, GGUF from
+# data/fetch_smollm2.sh; skipped with a note where it is absent) and on both bundled models: held-out
+# Revelation, oscar-cov calibrated on Genesis, the recall test and greedy generation; into
+# ${OSCAR_RESULTS:-results}/eval/. QUICK=1 runs a reduced version (shorter passages, two recall distances)
+# for the CI test.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-${OSCAR_BUILD:-$root/build}}" && pwd)
@@ -12,7 +14,9 @@ recipes=fp16,naive,kivi,quarot,turboquant,oscar-omni,oscar-cov
 if [ "${QUICK:-0}" = 1 ]; then
   hd=(--tokens 384 --calib-tokens 512 --recall 128,256 --recall-span 32 --generate 16)
   st=(--tokens 256 --calib-tokens 256 --recall 64,128 --recall-span 32 --generate 16)
+  sm=(--tokens 256 --calib-tokens 256 --recall 128 --recall-span 32 --generate 12)
 else
+  sm=(--tokens 1024 --calib-tokens 1024 --recall 256,512,1024 --recall-span 64 --generate 24)
   hd=(--tokens 2048 --calib-tokens 2048 --recall 256,512,1024,1536 --recall-span 64 --generate 48)
   st=(--tokens 512 --calib-tokens 512 --recall 64,128,256,384 --recall-span 32 --generate 40)
 fi
@@ -22,4 +26,12 @@ fi
 "$build/apps/oscar-eval" --quiet --model data/stories260K/stories260K.bin --tokenizer $tok --text $text \
   --offset -404 --calib-offset 0 --recipes $recipes --bits 2 --clamp-groups "${st[@]}" \
   --prompt "Once upon a time, there was a little girl named Lily." --out "$out/stories260k" >/dev/null
+gguf=data/models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -f "$gguf" ]; then
+  "$build/apps/oscar-eval" --quiet --model $gguf --text $text --offset -404 --calib-offset 0 --recipes $recipes --bits 2 \
+    "${sm[@]}" --prompt "The capital of France is" --out "$out/smollm2" >/dev/null
+  echo "eval: $out/smollm2/eval.md"
+else
+  echo "eval: $gguf absent (bash data/fetch_smollm2.sh fetches it): no SmolLM2 evaluation"
+fi
 echo "eval: $out/kjv-hd128/eval.md, $out/stories260k/eval.md"
