@@ -29,3 +29,5 @@ YAML
 printf '#!/bin/sh\nsleep 4\nexec %s "$@"\n' "$PY" > "$FIX/slowpy"; chmod +x "$FIX/slowpy"
 head -c 3000 "$DATA/stories260K/tok512.bin" > "$FIX/tok3000.bin"
 mkdir -p "$FIX/folder"
+# recipes_hd.tsv: head_dim 64 / 96 / 256 synthetic dumps and their sweep configs (head_dim_fixtures.py)
+"${PY:-python3}" "$SRC/tests/bad_inputs/head_dim_fixtures.py" "$FIX" "$SRC/experiments/presets"
