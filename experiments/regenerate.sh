@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # regenerate.sh [--quick] [--readme FILE] [--build DIR]: rebuilds every table and plot in README from the bundled data
-# on a CPU-only machine: the TNI tables (main.sh), the dumps and every shipped sweep (run_sweeps.sh),
-# the end-to-end evaluation (run_eval.sh); then splices the new tables into README between its
-# <!-- BEGIN name --> / <!-- END name --> markers. README changes only if every step succeeded.
-# --quick: reduced evaluation (the CI test); OSCAR_RESULTS=DIR writes results under DIR; --build DIR (or
-# OSCAR_BUILD=DIR) takes every tool from the build folder DIR (default: build/; CTest passes its own).
+# and SmolLM2-135M-Instruct (data/fetch_smollm2.sh) on a CPU-only machine: the TNI and attention-sink tables of
+# SmolLM2 (main.sh), the dumps and every shipped sweep (run_sweeps.sh; SmolLM2's included), the end-to-end
+# evaluation (run_eval.sh); then splices the new tables into README between its <!-- BEGIN name --> /
+# <!-- END name --> markers. README changes only if every step succeeded.
+# --quick: reduced evaluation (the CI test): SmolLM2's TNI on 512 tokens, no SmolLM2 sweep (its README section
+# is kept), and where the GGUF is absent no SmolLM2 at all (its sections kept); OSCAR_RESULTS=DIR writes
+# results under DIR; --build DIR (or OSCAR_BUILD=DIR) takes every tool from the build folder DIR (default:
+# build/; CTest passes its own).
 # Where a GPU is present (nvidia-smi -L succeeds and the build has oscar-bench and oscar-eval), it also runs
 # the kernel benchmark (results/kernel_bench.md, .json) and oscar-eval --gpu for oscar-omni and oscar-cov at 2 bits
 # (results/eval-gpu-kjv-hd128/), and splices both into README's GPU sections (markers kernel-bench and
@@ -27,7 +30,16 @@ build=$(mkdir -p "$build" && cd "$build" && pwd)
 export OSCAR_BUILD=$build
 res=${OSCAR_RESULTS:-results}
 start=$(date +%s)
-bash experiments/main.sh
+export QUICK=$quick
+keep=""  # README sections left as they are (splice_readme.py)
+gguf=data/models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ "$quick" = 1 ]; then
+  keep="sweep-smollm2"
+  if [ -f "$gguf" ]; then OSCAR_MAIN_TOKENS=512 bash experiments/main.sh
+  else keep="$keep tni"; echo "regenerate: $gguf absent (bash data/fetch_smollm2.sh fetches it): quick mode keeps README's SmolLM2 sections"; fi
+else
+  bash experiments/main.sh
+fi
 [ -x "$build/apps/oscar-sweep" ] || { echo "regenerate: build first (bash .ci/setup $build)" >&2; exit 1; }
 experiments/run_sweeps.sh "$build" "$res/sweep"
 QUICK=$quick experiments/run_eval.sh "$build"
@@ -51,5 +63,5 @@ else
   echo "regenerate: no GPU (nvidia-smi -L failed, or $build/apps/oscar-bench or oscar-eval missing): kept the last GPU tables in $readme (kernel-bench, eval-gpu-kjv-hd128)"
 fi
 stamp="$(date -u +%Y-%m-%d), $(nproc) cores, $(( $(date +%s) - start )) s in all$mode"
-OSCAR_GPU_STAMP="$gpu_stamp" python3 experiments/splice_readme.py "$readme" "$stamp" "$res"
+OSCAR_KEEP_SECTIONS="$keep" OSCAR_GPU_STAMP="$gpu_stamp" python3 experiments/splice_readme.py "$readme" "$stamp" "$res"
 echo "regenerate: $readme updated ($stamp${gpu_stamp:+; GPU sections: $gpu_stamp})"

@@ -2,7 +2,9 @@
 """splice_readme.py README STAMP [RESULTS]: replaces the text between <!-- BEGIN x --> and <!-- END x -->
 markers with the freshly generated tables (results/...), each headed by the command, data and date it came
 from. The GPU sections (kernel-bench, eval-gpu-kjv-hd128) are replaced only when the environment variable
-OSCAR_GPU_STAMP is non-empty (a GPU run: its date, device, time); otherwise they are left as they are.
+OSCAR_GPU_STAMP is non-empty (a GPU run: its date, device, time); otherwise they are left as they are. The
+sections named in OSCAR_KEEP_SECTIONS (space-separated; regenerate.sh --quick: sweep-smollm2, and tni where
+SmolLM2 is absent) are left as they are too.
 Writes README atomically; fails (README untouched) if any table is missing."""
 import os, re, sys
 
@@ -10,8 +12,13 @@ readme, stamp = sys.argv[1], sys.argv[2]
 res = sys.argv[3] if len(sys.argv) > 3 else "results"
 def tni():
     t = open(f"{res}/tni/table.txt").read()
+    # "Token Norm Imbalance: PATH (MODEL; 30 layers, ..., 2048 tokens, float16)": the model and passage
+    what = re.search(r"^Token Norm Imbalance: \S+ \((.*)\)$", t, re.M).group(1)
+    loss = re.search(r"^passage mean next-token loss: (.*)$", t, re.M)
     summary = t[t.index("TNI summary"):].strip()
-    return f"`bash experiments/main.sh` ({stamp}); kjv-llama-hd128, Revelation, 2048 tokens:\n\n```\n{summary}\n```"
+    return (f"`bash experiments/main.sh` ({stamp}); Revelation (held out), {what}"
+            f"{'; mean next-token loss ' + loss.group(1) if loss else ''}:\n\n```\n{summary}\n```\n\n"
+            f"![Attention sink per layer]({res}/tni/sinks.png)\n\n![Token norms]({res}/tni/token_norms.png)")
 def sweep(name):
     md = open(f"{res}/sweep/{name}/summary.md").read()
     md = "\n".join(l for l in md.splitlines() if not l.startswith("<!--")).strip()
@@ -30,7 +37,10 @@ def eval_gpu():
     return f"GPU run: `{cmd}` ({gpu_stamp}):\n\n{md}"
 blocks = {"eval-kjv-hd128": lambda: evaluation("kjv-hd128", "experiments/run_eval.sh"),
           "eval-stories260k": lambda: evaluation("stories260k", "experiments/run_eval.sh"),
-          "tni": tni, "sweep-kjv-hd128": lambda: sweep("kjv-hd128"), "sweep-stories260k": lambda: sweep("stories260k")}
+          "tni": tni, "sweep-kjv-hd128": lambda: sweep("kjv-hd128"), "sweep-stories260k": lambda: sweep("stories260k"),
+          "sweep-smollm2": lambda: sweep("smollm2")}
+for name in os.environ.get("OSCAR_KEEP_SECTIONS", "").split():
+    blocks.pop(name, None)
 if gpu_stamp:
     blocks.update({"kernel-bench": kernel_bench, "eval-gpu-kjv-hd128": eval_gpu})
 text = open(readme).read()

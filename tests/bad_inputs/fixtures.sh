@@ -72,3 +72,5 @@ data = (o + 31) // 32 * 32
 head = d[:16] + struct.pack("<Q", len(kvs)) + b"".join(kvs) + d[infos:o]
 open(sys.argv[2], "wb").write(head + b"\0" * (-len(head) % 32) + d[data:])
 PY
+# recipes_hd.tsv: head_dim 64 / 96 / 256 synthetic dumps and their sweep configs (head_dim_fixtures.py)
+"${PY:-python3}" "$SRC/tests/bad_inputs/head_dim_fixtures.py" "$FIX" "$SRC/experiments/presets"

@@ -33,7 +33,10 @@ TniReport analyze_dump(const DumpReader& dump, const AnalyzeOptions& opt) {
       I.has_pre_rope ? std::vector<std::string>{"k_pre", "k", "v"} : std::vector<std::string>{"k", "v"};
   Progress bar("analyze", I.n_layers, opt.progress);
   for (int l = 0; l < I.n_layers; ++l) {
-    const LayerDump d = dump.read_layer(l, tensors);
+    std::vector<std::string> wanted{"q"};
+    wanted.insert(wanted.end(), tensors.begin(), tensors.end());
+    const LayerDump d = dump.read_layer(l, wanted);
+    r.sinks.push_back(layer_sinks(l, d.q, d.k, d.v, I.attention(l)));  // the layer's own scaling, window, soft-cap, sinks
     for (int h = 0; h < I.n_kv_heads; ++h) {
       for (const std::string& t : tensors) {
         const HeadTensor& x = t == "k_pre" ? d.k_pre : t == "k" ? d.k : d.v;
@@ -116,6 +119,7 @@ void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers) {
     }
     fmt::print(out, "{:>5} | {} {} | {} {}\n", l, num(kt, 8, 2), num(kc, 8, 2), num(vt, 8, 2), num(vc, 8, 2));
   }
+  print_sink_table(r.sinks, out);
 }
 
 namespace {
@@ -158,6 +162,7 @@ std::string tni_json(const TniReport& r, int max_outliers) {
   j["undefined_tni_rows"] = r.undefined_tni();
   j["outlier_z"] = r.outlier_z;
   if (std::isfinite(I.mean_next_token_loss)) j["mean_next_token_loss"] = I.mean_next_token_loss;
+  j["sinks"] = sinks_json(r.sinks);
   j["rows"] = json::array();
   for (const TniRow& row : r.rows) {
     const NormDistribution& d = row.stats.norms;
@@ -202,7 +207,7 @@ void check_tni_outputs(const TniOutputs& o) {
   if (!o.csv.empty()) check_output_file(o.csv);
   if (!o.json.empty()) check_output_file(o.json);
   if (!o.plots.empty()) check_output_folder(o.plots);
-  if (!o.plots.empty()) check_plotting("tni_plots.py");
+  if (!o.plots.empty()) check_plotting("tni_plots.py"), check_plotting("sinks_plot.py");
 }
 
 void write_tni_outputs(const TniReport& r, const TniOutputs& o) {
@@ -229,6 +234,11 @@ void write_tni_outputs(const TniReport& r, const TniOutputs& o) {
                                                  norms_png.temp_path().string(), chans_png.temp_path().string(),
                                                  r.info.model_name},
                  (fs::path(o.plots) / "token_norms.png").string());
+      AtomicOutput& sinks = set.add(fs::path(o.plots) / "sinks.csv");
+      sinks.write(sinks_csv(r.sinks));
+      AtomicOutput& sinks_png = set.add(fs::path(o.plots) / "sinks.png");
+      run_python(plots_script("sinks_plot.py"), {sinks.temp_path().string(), sinks_png.temp_path().string(), r.info.model_name},
+                 (fs::path(o.plots) / "sinks.png").string());
     }
     set.commit();
     interrupts::forget(dir_slot);

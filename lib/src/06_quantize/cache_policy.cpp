@@ -24,7 +24,10 @@ CacheSegments cache_segments(const Recipe& r, long tokens) {
   return s;
 }
 
-EffectiveBits effective_bits(const Recipe& r, long tokens, int head_dim, int n_kv_heads) {
+EffectiveBits effective_bits(const Recipe& recipe, long tokens, int head_dim, int n_kv_heads) {
+  Recipe r = recipe;  // `group: head` counts one scale (and zero point) per head_dim values
+  r.key.group = resolved_group(r.key, head_dim);
+  r.value.group = resolved_group(r.value, head_dim);
   const CacheSegments s = cache_segments(r, tokens);
   const double window_bits = 8.0 * scale_dtype_bytes(r.windows.window_dtype);
   const double elems = static_cast<double>(tokens) * head_dim;

@@ -79,10 +79,15 @@ void parse_tensor(const YAML::Node& n, const std::string& file, const std::strin
     else fail("{}: axis '{}' unknown; use token or channel", where(n["axis"], file), a);
   }
   if (n["group"]) {
-    if (n["group"].IsScalar() && n["group"].Scalar() == "head_dim") q.group = 0;
+    // `head` (synonym `head_dim`): one group spans the whole head, resolved per model by resolve_recipe().
+    if (n["group"].IsScalar() && (n["group"].Scalar() == "head" || n["group"].Scalar() == "head_dim")) q.group = kGroupHead;
     else {
+      int g = 0;
+      if (n["group"].IsScalar() && !YAML::convert<int>::decode(n["group"], g))
+        fail("{}: group '{}' is neither a number nor head; use a positive group size or head (one group per head, any head_dim)",
+             where(n["group"], file), n["group"].Scalar());
       q.group = get<int>(n["group"], file, "group");
-      if (q.group <= 0) fail("{}: group {} must be positive (or head_dim)", where(n["group"], file), q.group);
+      if (q.group <= 0) fail("{}: group {} must be positive (or head: the whole head)", where(n["group"], file), q.group);
     }
   }
   if (n["symmetric"]) q.symmetric = get<bool>(n["symmetric"], file, "symmetric");
@@ -256,9 +261,9 @@ Recipe resolve_at(const Recipe& in, int key_bits, int value_bits, int head_dim) 
   r.key.bits = key_bits;
   r.value.bits = value_bits;
   for (TensorQuant* q : {&r.key, &r.value}) {
-    if (q->group == 0) q->group = head_dim;
+    q->group = resolved_group(*q, head_dim);
     if (q->quantized() && q->codebook == Codebook::Uniform && q->axis == QuantAxis::PerToken && head_dim % q->group != 0)
-      fail("recipe {}: group size {} does not divide head_dim {}; use a divisor of {} (or group: head_dim)", r.name, q->group,
+      fail("recipe {}: group size {} does not divide head_dim {}; use a divisor of {} (or group: head)", r.name, q->group,
            head_dim, head_dim);
     if (q->quantized()) validate_spec(*q, q->axis == QuantAxis::PerChannel ? q->group : 1, head_dim);
   }
@@ -275,8 +280,38 @@ Recipe resolve_at(const Recipe& in, int key_bits, int value_bits, int head_dim) 
 
 }  // namespace
 
+std::vector<std::string> presets_for_head_dim(int head_dim, RecipeWidths w) {
+  std::vector<std::string> out;
+  for (const std::string& name : preset_names()) {
+    try {
+      const RecipeFile p = load_preset(name);
+      resolve_at(p.recipe, p.key_bits_fixed ? p.recipe.key.bits : w.key, p.value_bits_fixed ? p.recipe.value.bits : w.value,
+                 head_dim);
+      out.push_back(name);
+    } catch (const Error&) {
+      // this preset cannot run there (or an OSCAR_PRESETS_DIR file is broken): not listed
+    }
+  }
+  return out;
+}
+
+namespace {
+// "; presets that run on head_dim D at K-bit keys and V-bit values: a, b" (or that none do).
+std::string applicable_hint(int head_dim, RecipeWidths w) {
+  const std::vector<std::string> ok = presets_for_head_dim(head_dim, w);
+  const std::string at = w.key == w.value ? fmt::format("{} bits", w.key) : fmt::format("{}-bit keys and {}-bit values", w.key, w.value);
+  if (ok.empty()) return fmt::format("; no preset runs on head_dim {} at {}", head_dim, at);
+  return fmt::format("; presets that run on head_dim {} at {}: {}", head_dim, at, fmt::join(ok, ", "));
+}
+}  // namespace
+
 Recipe resolve_recipe(const Recipe& in, int bits, int head_dim) {
-  Recipe r = resolve_at(in, bits, bits, head_dim);
+  Recipe r;
+  try {
+    r = resolve_at(in, bits, bits, head_dim);
+  } catch (const Error& e) {
+    fail("{}{}", e.what(), applicable_hint(head_dim, {bits, bits}));
+  }
   if (r.name.find('@') == std::string::npos && bits < 16) r.name = fmt::format("{}@{}", r.name, bits);
   return r;
 }
@@ -304,8 +339,8 @@ Recipe resolve_recipe(const RecipeFile& rf, RecipeWidths w, int head_dim) {
     r.name = label;
     return r;
   } catch (const Error& e) {
-    fail("recipe '{}' cannot run with {}-bit keys and {}-bit values on head_dim {}: {}", label, w.key, w.value, head_dim,
-         e.what());
+    fail("recipe '{}' cannot run with {}-bit keys and {}-bit values on head_dim {}: {}{}", label, w.key, w.value, head_dim,
+         e.what(), applicable_hint(head_dim, w));
   }
 }
 

@@ -41,14 +41,15 @@ const char* dtype_label(ScaleDtype t) {
 }
 
 // Why tensor `q` cannot be served by a kernel format that stores it on `axis` in groups of `group`
-// (token-wise: channels; channel-wise: tokens) with clip `clip` (< 0: any); empty when it can.
-std::string tensor_reason(const TensorQuant& q, const char* what, QuantAxis axis, int group, float clip) {
+// (token-wise: channels; channel-wise: tokens) with clip `clip` (< 0: any) on head_dim `hd` (a recipe's
+// `group: head` is hd channels); empty when it can.
+std::string tensor_reason(const TensorQuant& q, const char* what, QuantAxis axis, int group, float clip, int hd) {
   if (!q.quantized()) return fmt::format("{} are kept in fp16 while the other tensor is quantized", what);
   if (q.bits != 2 && q.bits != 4) return fmt::format("{} at {} bits, the kernels have 2 and 4", what, q.bits);
   if (q.codebook != Codebook::Uniform) return fmt::format("{} use the Lloyd-Max codebook", what);
   if (q.axis != axis) return fmt::format("{} are quantized per {}", what, q.axis == QuantAxis::PerChannel ? "channel" : "token");
-  if (q.group != group)
-    return fmt::format("{} in groups of {} {}, the kernels use {}", what, q.group, axis == QuantAxis::PerToken ? "channels" : "tokens", group);
+  if (resolved_group(q, hd) != group)
+    return fmt::format("{} in groups of {} {}, the kernels use {}", what, resolved_group(q, hd), axis == QuantAxis::PerToken ? "channels" : "tokens", group);
   if (q.symmetric) return fmt::format("{} are quantized symmetrically, the kernels are asymmetric", what);
   if (q.clip_search) return fmt::format("{} use a clip search", what);
   if (clip >= 0 && q.clip_ratio != clip) return fmt::format("{} clipped at {}, the kernels of this format at {}", what, q.clip_ratio, clip);
@@ -57,10 +58,10 @@ std::string tensor_reason(const TensorQuant& q, const char* what, QuantAxis axis
   return {};
 }
 
-// The oscar-cov kernel format: token-wise groups of head_dim, BF16 sink + recent windows.
+// The oscar-cov kernel format: token-wise groups of head_dim (= 128 today, gpu_unsupported_reason), BF16 sink + recent windows.
 std::string cov_reason(const Recipe& r, int hd) {
-  if (auto s = tensor_reason(r.key, "keys", QuantAxis::PerToken, hd, -1); !s.empty()) return s;
-  if (auto s = tensor_reason(r.value, "values", QuantAxis::PerToken, hd, -1); !s.empty()) return s;
+  if (auto s = tensor_reason(r.key, "keys", QuantAxis::PerToken, hd, -1, hd); !s.empty()) return s;
+  if (auto s = tensor_reason(r.value, "values", QuantAxis::PerToken, hd, -1, hd); !s.empty()) return s;
   if (r.key.bits != r.value.bits) return fmt::format("keys at {} bits and values at {}", r.key.bits, r.value.bits);
   if (r.omni_token_scaling) return "keys are scaled by their token norm (Omni-Token Scaling)";
   if (r.windows.residual != 0) return fmt::format("a residual block of {} tokens", r.windows.residual);
@@ -73,9 +74,9 @@ std::string cov_reason(const Recipe& r, int hd) {
 
 // The oscar-omni kernel format (omni_format.h): keys per channel over 32 tokens with fp16 token norms,
 // values per token in groups of 32 channels, clip 1, BF16 residual block of 128, no sink or recent window.
-std::string omni_reason(const Recipe& r) {
-  if (auto s = tensor_reason(r.key, "keys", QuantAxis::PerChannel, omnifmt::kKeyBlock, 1.0f); !s.empty()) return s;
-  if (auto s = tensor_reason(r.value, "values", QuantAxis::PerToken, omnifmt::kValueGroup, 1.0f); !s.empty()) return s;
+std::string omni_reason(const Recipe& r, int hd) {
+  if (auto s = tensor_reason(r.key, "keys", QuantAxis::PerChannel, omnifmt::kKeyBlock, 1.0f, hd); !s.empty()) return s;
+  if (auto s = tensor_reason(r.value, "values", QuantAxis::PerToken, omnifmt::kValueGroup, 1.0f, hd); !s.empty()) return s;
   if (r.key.bits != r.value.bits) return fmt::format("keys at {} bits and values at {}", r.key.bits, r.value.bits);
   if (!r.omni_token_scaling) return "per-channel keys without Omni-Token Scaling";
   if (r.norm_dtype != ScaleDtype::F16) return fmt::format("{} token norms, the kernels store fp16", dtype_label(r.norm_dtype));
@@ -100,7 +101,8 @@ std::string gpu_model_unsupported_reason(const ModelConfig& c) {
 
 std::string gpu_unsupported_reason(const Recipe& r, const ModelConfig& c) {
   if (std::string why = gpu_model_unsupported_reason(c); !why.empty()) return why;
-  return gpu_uses_omni_format(r) ? omni_reason(r) : cov_reason(r, c.head_dim());
+  const int hd = c.head_dim();
+  return gpu_uses_omni_format(r) ? omni_reason(r, hd) : cov_reason(r, hd);
 }
 
 void require_cuda_device() {

@@ -1,12 +1,14 @@
 // analyze.h: oscar-analyze's work: TNI statistics of every layer and KV head of a dump, for K before
-// and after RoPE and for V, streamed one layer at a time; and the report's renderings (terminal table,
-// CSV, JSON, plot data + PNGs through plots/tni_plots.py).
+// and after RoPE and for V, and the attention sink of every layer (sinks.h), streamed one layer at a time;
+// and the report's renderings (terminal table, CSV, JSON, plot data + PNGs through plots/tni_plots.py
+// and plots/sinks_plot.py).
 #pragma once
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "oscar/03_dump/dump.h"
+#include "oscar/04_stats/sinks.h"
 #include "oscar/04_stats/tni.h"
 
 namespace oscar {
@@ -23,6 +25,7 @@ struct TniReport {
   std::vector<int> token_ids;
   std::vector<std::string> token_text;
   std::vector<TniRow> rows;  // by layer, then KV head, then tensor
+  std::vector<LayerSinks> sinks;  // one per layer (sinks.h)
   double outlier_z = 3.5;    // the threshold the outliers were found with
   std::string token_label(int position) const;  // the token's text when the dump has it, else its id
   int undefined_tni() const;  // rows whose TNI is undefined (all-zero head): shown as undefined, kept out of worst-of
@@ -39,7 +42,8 @@ void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers);
 // The files oscar-analyze writes; an empty name is not written.
 struct TniOutputs {
   std::string csv, json;
-  std::string plots;  // folder: token_norms.csv, channel_absmax.csv and their PNGs (plots/tni_plots.py)
+  std::string plots;  // folder: token_norms.csv, channel_absmax.csv and their PNGs (plots/tni_plots.py),
+                      // sinks.csv and sinks.png (plots/sinks_plot.py)
   int max_outliers = 3;  // outlier tokens listed per row in the JSON
 };
 // Before the work: every output location can be written (output_files.h); throws Error naming the output.

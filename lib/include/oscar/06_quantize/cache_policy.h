@@ -18,7 +18,8 @@ struct CacheSegments {
 CacheSegments cache_segments(const Recipe& r, long tokens);
 
 // Bits per element of K and V together, per KV head and token: codes, scales, zero points, key norms
-// (shared by the n_kv_heads of a layer) and full-precision windows, at `tokens` cached tokens.
+// (shared by the n_kv_heads of a layer) and full-precision windows, at `tokens` cached tokens; `group: head`
+// (kGroupHead) counts as head_dim.
 struct EffectiveBits {
   double key = 0, value = 0;  // bits per element of K alone and of V alone
   double total() const { return (key + value) / 2; }

@@ -10,6 +10,10 @@
 namespace oscar {
 
 enum class QuantAxis { PerToken, PerChannel };
+
+// TensorQuant::group of a recipe written with `group: head` (or `head_dim`): one group spans the whole
+// head, whatever the model's head_dim; resolve_recipe() replaces it with the head_dim.
+inline constexpr int kGroupHead = 0;
 enum class Codebook { Uniform, LloydMax };
 
 // How one tensor (K or V) of the low-bit body is quantized. bits = 16 keeps it in fp16 (no quantizer).
@@ -17,7 +21,7 @@ struct TensorQuant {
   int bits = 16;
   bool symmetric = false;
   QuantAxis axis = QuantAxis::PerToken;
-  int group = 128;  // per-token: channels per group; per-channel: tokens per group (KIVI)
+  int group = 128;  // per-token: channels per group; per-channel: tokens per group (KIVI); kGroupHead: head_dim
   float clip_ratio = 1.0f;
   bool clip_search = false;  // per-group MSE-optimal clip ratio (grid search), CPU reference only
   ScaleDtype scale_dtype = ScaleDtype::F16;
@@ -29,6 +33,9 @@ struct TensorQuant {
 };
 
 enum class RotationKind { None, Hadamard, RandomizedHadamard, RandomOrthogonal, Covariance };
+
+// The group size of `q` on a model of this head_dim (kGroupHead -> head_dim; other sizes unchanged).
+inline int resolved_group(const TensorQuant& q, int head_dim) { return q.group == kGroupHead ? head_dim : q.group; }
 
 struct RotationSpec {
   RotationKind kind = RotationKind::None;

@@ -1,6 +1,6 @@
 // recipe_yaml.h: recipes from YAML. A recipe file (experiments/presets/NAME.yaml) or an inline map
-// names its fields; unknown keys and bad values are errors naming the file and line. `group: head_dim`
-// is kept as group = 0 and resolved per model by resolve_recipe().
+// names its fields; unknown keys and bad values are errors naming the file and line. `group: head`
+// (synonym `head_dim`: one group spans the whole head) is kept as kGroupHead and resolved per model by resolve_recipe().
 #pragma once
 #include <string>
 #include <vector>
@@ -32,7 +32,8 @@ std::vector<RecipeWidths> recipe_widths(const RecipeFile& rf, const std::vector<
 // "NAME@K4V2" otherwise: the label of a sweep row, which says the widths truly used.
 std::string widths_label(const RecipeFile& rf, RecipeWidths w);
 // The recipe at widths `w` with group = head_dim resolved and named by widths_label(); throws Error
-// naming the recipe and both widths when it cannot run at them (e.g. Lloyd-Max above 4 bits).
+// naming the recipe and both widths when it cannot run at them (e.g. Lloyd-Max above 4 bits, Hadamard on
+// head_dim 96), followed by the presets that do run there (presets_for_head_dim).
 Recipe resolve_recipe(const RecipeFile& rf, RecipeWidths w, int head_dim);
 
 // Applies the fields present in `node` on top of `base` (so a sweep entry can override a preset).
@@ -44,13 +45,17 @@ RecipeFile load_recipe_file(const std::string& path);
 RecipeFile load_preset(const std::string& name);
 std::vector<std::string> preset_names();
 std::string presets_dir();  // OSCAR_PRESETS_DIR, or "" for the built-in presets
+// The presets (preset_names(), in order) that can run on `head_dim` at widths `w` (a preset's fixed widths
+// kept), found by resolving each one there: what an error offers when a recipe cannot run on a head_dim.
+std::vector<std::string> presets_for_head_dim(int head_dim, RecipeWidths w);
 
 // A `bits:` value: an integer or a list of distinct integers in 1..8 or 16; anything else (`bits: two`,
 // `[]`, 2.5, a repeated width) is an error naming the file and line.
 std::vector<int> parse_bits_list(const YAML::Node& node, const std::string& file, const std::string& key);
 
 // The recipe at `bits` on both tensors (named NAME@bits below 16) with group = head_dim resolved; throws
-// Error when the recipe cannot apply to this head_dim (Hadamard on a non-power of two, groups).
+// Error when the recipe cannot apply to this head_dim (Hadamard on a non-power of two, groups), listing the
+// presets that can.
 Recipe resolve_recipe(const Recipe& r, int bits, int head_dim);
 
 // Strict-YAML helpers shared by the config readers: "file:line" of a node, and a check that a map has

@@ -16,8 +16,8 @@
 
 namespace oscar {
 
-// Empty when a CUDA kernel format implements the resolved `recipe` for a model of config `c`; otherwise
-// what does not fit. Both formats: head_dim 128, at most 8 query heads per KV head, bits 2 or 4 on K and V,
+// Empty when a CUDA kernel format implements `recipe` (resolved, or with `group: head` = head_dim) for a
+// model of config `c`; otherwise what does not fit. Both formats: head_dim 128, at most 8 query heads per KV head, bits 2 or 4 on K and V,
 // asymmetric uniform fp16 scale/zero, round half to even, bf16 windows, any rotation (applied on the host).
 // oscar-cov format: token-wise groups of head_dim, sink + recent window (recent > 0), no residual block,
 // no token scaling. oscar-omni format (chosen when the recipe scales tokens or has per-channel keys):
