@@ -36,7 +36,7 @@ gguf=data/models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ "$quick" = 1 ]; then
   keep="sweep-smollm2"
   if [ -f "$gguf" ]; then OSCAR_MAIN_TOKENS=512 bash experiments/main.sh
-  else keep="$keep tni"; echo "regenerate: $gguf absent (bash data/fetch_smollm2.sh fetches it): quick mode keeps README's SmolLM2 sections"; fi
+  else keep="$keep tni eval-smollm2"; echo "regenerate: $gguf absent (bash data/fetch_smollm2.sh fetches it): quick mode keeps README's SmolLM2 sections"; fi
 else
   bash experiments/main.sh
 fi

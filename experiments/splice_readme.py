@@ -3,8 +3,8 @@
 markers with the freshly generated tables (results/...), each headed by the command, data and date it came
 from. The GPU sections (kernel-bench, eval-gpu-kjv-hd128) are replaced only when the environment variable
 OSCAR_GPU_STAMP is non-empty (a GPU run: its date, device, time); otherwise they are left as they are. The
-sections named in OSCAR_KEEP_SECTIONS (space-separated; regenerate.sh --quick: sweep-smollm2, and tni where
-SmolLM2 is absent) are left as they are too.
+sections named in OSCAR_KEEP_SECTIONS (space-separated; regenerate.sh --quick: sweep-smollm2, and tni and eval-smollm2
+where SmolLM2 is absent) are left as they are too.
 Writes README atomically; fails (README untouched) if any table is missing."""
 import os, re, sys
 
@@ -38,7 +38,7 @@ def eval_gpu():
 blocks = {"eval-kjv-hd128": lambda: evaluation("kjv-hd128", "experiments/run_eval.sh"),
           "eval-stories260k": lambda: evaluation("stories260k", "experiments/run_eval.sh"),
           "tni": tni, "sweep-kjv-hd128": lambda: sweep("kjv-hd128"), "sweep-stories260k": lambda: sweep("stories260k"),
-          "sweep-smollm2": lambda: sweep("smollm2")}
+          "sweep-smollm2": lambda: sweep("smollm2"), "eval-smollm2": lambda: evaluation("smollm2", "experiments/run_eval.sh")}
 for name in os.environ.get("OSCAR_KEEP_SECTIONS", "").split():
     blocks.pop(name, None)
 if gpu_stamp:

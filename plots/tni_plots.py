@@ -32,8 +32,10 @@ def main():
         raise ValueError(f"{norms_csv} has no rows to plot")
     layers = sorted({k[0] for k in norms})
     heads = sorted({k[1] for k in norms})
-    cols = min(3, len(layers)); rows = (len(layers) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False, sharex=True)
+    many = len(layers) > 9  # a real model's 30 layers: smaller panels, so the PNG stays about a megabyte
+    cols = min(5 if many else 3, len(layers)); rows = (len(layers) + cols - 1) // cols
+    pw, ph, dpi = (4, 2.6, 80) if many else (5, 3.2, 110)
+    fig, axes = plt.subplots(rows, cols, figsize=(pw * cols, ph * rows), squeeze=False, sharex=True)
     for i, l in enumerate(layers):
         ax = axes[i // cols][i % cols]
         for h in heads:
@@ -45,7 +47,7 @@ def main():
         if i == 0: ax.legend(fontsize=6)
     for j in range(len(layers), rows * cols): axes[j // cols][j % cols].axis("off")
     fig.suptitle(f"{model}: per-token L2 norms (K after RoPE solid, V dotted)")
-    fig.tight_layout(); fig.savefig(norms_png, dpi=110, format="png"); plt.close(fig)
+    fig.tight_layout(); fig.savefig(norms_png, dpi=dpi, format="png"); plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 0.35 * len(layers) * len(heads) + 2), squeeze=False)
     for ax, t in zip(axes[0], ("k", "v")):
