@@ -25,6 +25,7 @@ std::atomic<pid_t> g_child{0};
 std::atomic<int> g_hold{0};     // HoldSignals objects alive
 std::atomic<int> g_pending{0};  // a signal that arrived while held
 std::atomic<int> g_dying{0};
+std::atomic<int> g_committed{0};  // outputs moved into place by this run (a late signal then finds them complete)
 char g_tool[128] = "oscar";     // set once by install(), before any thread starts
 bool g_installed = false;
 
@@ -62,7 +63,8 @@ const char* sig_name(int sig) {
   put(g_tool);
   put(": error: interrupted by ");
   put(sig_name(sig));
-  put("; temporary files removed, earlier outputs left as they were\n");
+  put(g_committed.load() > 0 ? "; temporary files removed; the outputs already moved into place are complete\n"
+                              : "; temporary files removed, earlier outputs left as they were\n");
   ::_exit(128 + sig);
 }
 
@@ -115,6 +117,7 @@ void forget(int slot) {
 }
 
 void set_child(pid_t pid) { g_child.store(pid); }
+void note_committed() { g_committed.fetch_add(1); }
 
 HoldSignals::HoldSignals() { g_hold.fetch_add(1); }
 

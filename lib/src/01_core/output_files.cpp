@@ -193,6 +193,7 @@ void AtomicOutput::commit() {
     fail("{}: could not move the finished file into place (reason: {}); {}", final_.string(), std::strerror(e), advice(e));
   }
   committed_ = true;
+  interrupts::note_committed();
   interrupts::forget(slot_);
   slot_ = -1;
 }

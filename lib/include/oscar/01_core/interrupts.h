@@ -24,6 +24,10 @@ void forget(int slot);  // -1 is ignored
 // The plot script being waited for: sent the same signal (and waited for) before the temporaries go.
 void set_child(pid_t pid);  // 0: none
 
+// An output was moved into place (AtomicOutput::commit): a signal after that says the finished outputs are
+// complete instead of "earlier outputs left as they were".
+void note_committed();
+
 // While an object of this type lives (in any thread), handled signals are held back: a run's outputs are
 // renamed into place all together, or not at all. The held-back signal is acted on in the destructor.
 class HoldSignals {
