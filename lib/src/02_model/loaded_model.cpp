@@ -74,15 +74,8 @@ int LoadedModel::passage_body_start() const {
 }
 
 long LoadedModel::passage_last_line(const Passage& p, const std::vector<std::string>& lines) const {
-  long breaks = 0;
-  bool ends_with_break = false;
-  for (size_t i = bos() >= 0 ? 1 : 0; i < p.tokens.size(); ++i) {
-    const std::string s = decode_piece(i > 0 ? p.tokens[i - 1] : -1, p.tokens[i]);
-    breaks += std::count(s.begin(), s.end(), '\n');
-    if (!s.empty()) ends_with_break = s.back() == '\n';
-  }
-  long last = std::min<long>(p.first_line + breaks - (ends_with_break ? 1 : 0), static_cast<long>(lines.size()) - 1);
-  return std::max(last, p.first_line);
+  return oscar::passage_last_line(p, static_cast<long>(lines.size()), bos() >= 0 ? 1 : 0,
+                                  [&](int prev, int id) { return decode_piece(prev, id); });
 }
 
 }  // namespace oscar

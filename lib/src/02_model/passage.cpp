@@ -123,4 +123,17 @@ Passage select_passage(const std::string& path, const std::vector<std::string>& 
   return select_with(path, lines, offset, tokens, [&](const std::string& t) { return tok.encode(t); }, false, 64, o);
 }
 
+long passage_last_line(const Passage& p, long lines_count, size_t first_token,
+                       const std::function<std::string(int previous, int id)>& piece) {
+  long breaks = 0;
+  bool ends_with_break = false;
+  for (size_t i = first_token; i < p.tokens.size(); ++i) {
+    const std::string s = piece(i > 0 ? p.tokens[i - 1] : -1, p.tokens[i]);
+    breaks += std::count(s.begin(), s.end(), '\n');
+    if (!s.empty()) ends_with_break = s.back() == '\n';
+  }
+  const long last = std::min<long>(p.first_line + breaks - (ends_with_break ? 1 : 0), lines_count - 1);
+  return std::max(last, p.first_line);
+}
+
 }  // namespace oscar

@@ -92,16 +92,8 @@ PassageOrigin passage_origin(const Passage& p, const std::vector<std::string>& l
   o.token_ids = p.tokens;
   o.text_sha256 = text_lines_sha256(lines);
   o.first_line = p.first_line;
-  long breaks = 0;
-  bool ends_with_break = false;
-  for (size_t i = 1; i < p.tokens.size(); ++i) {
-    const std::string s = tok.decode_piece(p.tokens[i - 1], p.tokens[i]);
-    breaks += std::count(s.begin(), s.end(), '\n');
-    if (!s.empty()) ends_with_break = s.back() == '\n';
-  }
-  // A passage that ends on a line break has read nothing of the next line.
-  o.last_line = std::min<long>(p.first_line + breaks - (ends_with_break ? 1 : 0), static_cast<long>(lines.size()) - 1);
-  o.last_line = std::max(o.last_line, o.first_line);
+  o.last_line = passage_last_line(p, static_cast<long>(lines.size()), 1,
+                                  [&](int prev, int id) { return tok.decode_piece(prev, id); });
   return o;
 }
 

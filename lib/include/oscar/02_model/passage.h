@@ -3,6 +3,7 @@
 // (run.c's encoding, with its dummy-prefix space); with a GGUF tokenizer, those lines encoded as the file
 // says (BOS where add_bos). Cut to `tokens` tokens in all. A negative offset counts lines from the end.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,12 @@ struct Passage {
 // The lines of a text file (plain or gzip); throws Error naming the file, byte offset and line when the
 // text is not well-formed UTF-8 or holds a NUL byte.
 std::vector<std::string> read_lines(const std::string& path);
+
+// The last line of `lines` a passage reads from: its first line plus the line breaks in the text of
+// tokens[first_token..] (each decoded by piece(previous id or -1, id)), not counting a final break (it has read
+// nothing of the next line); kept within first_line..lines_count-1.
+long passage_last_line(const Passage& p, long lines_count, size_t first_token,
+                       const std::function<std::string(int previous, int id)>& piece);
 
 // The command-line options that set a passage's offset and length, named in error messages.
 struct PassageOptions {
