@@ -102,10 +102,17 @@ TEST_CASE("the CUDA kernels take oscar-cov at 2 and 4 bits on head_dim 128, noth
   CHECK_THAT(reason("turboquant", 2), Contains("Lloyd-Max"));
   ModelConfig small = hd128_config();
   small.dim = 64 * 4;  // head_dim 64
-  CHECK_THAT(gpu_unsupported_reason(resolve_recipe(load_preset("oscar-cov").recipe, 2, 128), small), Contains("head_dim is 64"));
+  CHECK_THAT(gpu_unsupported_reason(resolve_recipe(load_preset("oscar-cov").recipe, 2, 128), small),
+             Contains("keys in groups of 128 channels, the kernels use 64"));
+  CHECK(gpu_unsupported_reason(resolve_recipe(load_preset("oscar-cov").recipe, 2, 64), small).empty());
+  ModelConfig odd = hd128_config();
+  odd.dim = 96 * 4;  // head_dim 96: no kernel
+  CHECK_THAT(gpu_unsupported_reason(resolve_recipe(load_preset("kivi").recipe, 2, 96), odd), Contains("head_dim is 96"));
   ModelConfig gqa = hd128_config();
-  gqa.dim = 128 * 18, gqa.n_heads = 18;  // 9 query heads per KV head
-  CHECK_THAT(reason("oscar-cov", 2, gqa), Contains("at most 8"));
+  gqa.dim = 128 * 34, gqa.n_heads = 34;  // 17 query heads per KV head
+  CHECK_THAT(reason("oscar-cov", 2, gqa), Contains("at most 16"));
+  gqa.dim = 128 * 32, gqa.n_heads = 32;  // 16
+  CHECK(reason("oscar-cov", 2, gqa).empty());
   // A recipe with the kernel's format under another name passes; the windows and clips come from it.
   Recipe r = resolve_recipe(load_preset("oscar-cov").recipe, 2, 128);
   r.windows.sink = 0;
@@ -121,7 +128,7 @@ TEST_CASE("the CUDA kernels take oscar-cov at 2 and 4 bits on head_dim 128, noth
 TEST_CASE("oscar-eval --gpu refuses an unsupported recipe, or a machine without a GPU, before any work", "[gpu-eval]") {
   CHECK_THROWS_WITH(run_eval(hd128_request({"fp16", "kivi"})),
                     Contains("--gpu: recipe 'kivi@2' is not supported by the CUDA kernels") &&
-                        Contains("supported: oscar-cov and oscar-omni at 2 or 4 bits, head_dim 128") && Contains("run it without --gpu"));
+                        Contains("supported: oscar-cov (head_dim 64, 128, 256)") && Contains("run it without --gpu"));
   EvalRequest st = hd128_request({"oscar-cov"});
   st.model = test::stories_model();  // head_dim 8
   st.recipes[0].recipe.key.group = st.recipes[0].recipe.value.group = 0;

@@ -52,9 +52,15 @@ TEST_CASE("oscar-cov C API rejects bad input with a message", "[kv_api]") {
   CHECK(oscar_cov_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
   CHECK(says(err, "bits=3"));
   bad = c;
-  bad.head_dim = 64;
+  bad.head_dim = 96;
   CHECK(oscar_cov_append(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
-  CHECK(says(err, "head_dim=64"));
+  CHECK(says(err, "head_dim=96"));
+  CHECK(says(err, "64, 128 or 256"));
+  CHECK(oscar_cov_shape_supported(64, 2) == 1);
+  CHECK(oscar_cov_shape_supported(256, 4) == 1);
+  CHECK(oscar_cov_shape_supported(96, 2) == 0);
+  CHECK(oscar_cov_shape_supported(128, 3) == 0);
+  CHECK(oscar_max_query_group() == 16);
   bad = c;
   bad.k_codes = static_cast<char*>(bad.k_codes) + 4;
   CHECK(oscar_cov_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
@@ -75,13 +81,14 @@ TEST_CASE("oscar-cov C API rejects bad input with a message", "[kv_api]") {
   CHECK(wsb > 0);
   CHECK(oscar_cov_decode(&c, k, 8, lens, 1321, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "capacity"));
-  CHECK(oscar_cov_decode(&c, k, 18, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);  // 9 per KV head
+  CHECK(oscar_cov_decode(&c, k, 34, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);  // 17 per KV head
+  CHECK(says(err, "at most 16"));
   CHECK(oscar_cov_decode(&c, k, 7, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);   // not a multiple
   CHECK(oscar_cov_decode(&c, k, 8, lens, 100, 1.f, out + 1, ws, wsb, nullptr, &err) == OSCAR_ERR_MISALIGNED);
   CHECK(oscar_cov_decode(&c, k, 8, nullptr, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(oscar_cov_decode(&c, k, 8, lens, 1320, 1.f, out, ws, 16, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "workspace_bytes"));
-  CHECK(oscar_bf16_decode(k, v, 2, 2, 1000, 64, k, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
+  CHECK(oscar_bf16_decode(k, v, 2, 2, 1000, 96, k, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
   CHECK(oscar_bf16_decode(k, v, 2, 2, 1000, 128, k, 8, lens, 1001, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "capacity"));
 }
@@ -100,9 +107,10 @@ TEST_CASE("oscar-omni C API rejects bad input with a message", "[kv_api]") {
   CHECK(oscar_omni_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
   CHECK(says(err, "bits=8"));
   bad = c;
-  bad.head_dim = 256;
+  bad.head_dim = 96;
   CHECK(oscar_omni_append(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
-  CHECK(says(err, "head_dim=256"));
+  CHECK(says(err, "head_dim=96"));
+  CHECK(oscar_omni_shape_supported(96, 2) == 0);
   bad = c;
   bad.body_capacity = 1000;
   CHECK(oscar_omni_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
@@ -126,7 +134,7 @@ TEST_CASE("oscar-omni C API rejects bad input with a message", "[kv_api]") {
   const size_t wsb = oscar_decode_workspace_bytes(2, 8, 2, 128, 1151, 1);
   CHECK(oscar_omni_decode(&c, k, 8, lens, 1152, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "capacity"));
-  CHECK(oscar_omni_decode(&c, k, 20, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
+  CHECK(oscar_omni_decode(&c, k, 34, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
   CHECK(oscar_omni_decode(&c, static_cast<char*>(k) + 8, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_MISALIGNED);
   CHECK(oscar_omni_decode(&c, k, 8, lens, 1151, 1.f, out, ws, 16, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "workspace_bytes"));

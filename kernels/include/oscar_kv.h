@@ -2,8 +2,9 @@
  * oscar/cov_format.h; recipe oscar-omni: oscar_omni_*, layout in oscar/omni_format.h) and of the
  * decode-attention kernels. Same contract as oscar_kernels.h: oscar_status return, message in
  * *err, device pointers from cudaMalloc, stream as void*, no global state, asynchronous on `stream`.
- * Supported: head_dim 128; body bits 2 or 4; query heads a multiple of KV heads with at most 8 query
- * heads per KV head (GQA). All bf16 tensors are raw uint16 bf16 bits. */
+ * Supported: oscar-cov head_dim 64, 128 or 256 (oscar_cov_shape_supported), oscar-omni as
+ * oscar_omni_shape_supported says; body bits 2 or 4; query heads a multiple of KV heads with at most 16
+ * query heads per KV head (GQA). All bf16 tensors are raw uint16 bf16 bits. */
 #ifndef OSCAR_KV_H
 #define OSCAR_KV_H
 
@@ -15,6 +16,12 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* 1 when the kernels of the format are compiled for (head_dim, bits), else 0 (their one dispatch table). */
+int oscar_cov_shape_supported(int32_t head_dim, int32_t bits);
+int oscar_omni_shape_supported(int32_t head_dim, int32_t bits);
+/* The most query heads per KV head any decode entry point takes. */
+int oscar_max_query_group(void);
 
 typedef struct oscar_cov_cache {
   int32_t batch, num_kv_heads, head_dim, bits; /* bits: 2 or 4 */
@@ -74,7 +81,7 @@ oscar_status oscar_bf16_decode(const void* k, const void* v, int32_t batch, int3
 
 /* ---- oscar-omni (OScaR): Hadamard-rotated K/V, per-token key norms over all KV heads, keys per channel
  * over 32-token blocks, values per token in 32-channel groups, BF16 residual block of 128 tokens.
- * Layout and byte sizes: oscar/omni_format.h. Supported: head_dim 128, bits 2 or 4. */
+ * Layout and byte sizes: oscar/omni_format.h. Supported shapes: oscar_omni_shape_supported. */
 typedef struct oscar_omni_cache {
   int32_t batch, num_kv_heads, head_dim, bits;
   int64_t body_capacity;          /* body tokens per (sequence, KV head); a multiple of 128 */

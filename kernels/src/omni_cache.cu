@@ -15,14 +15,23 @@
 //    two tokens' fp16 scales (exact operands, one rounding); the weights are fp16 and the zero points
 //    enter as sum_t p_t z_tg per group with the same rounded weights, added after the combine.
 //  * Residual tokens (BF16) are served by window blocks with the shared BF16 tile.
-#include "decode_common.cuh"
+#include "api_util.h"
+#include "decode/bf16_tile.cuh"
+#include "decode/checks.h"
+#include "decode/merge.h"
+#include "decode/partials.cuh"
+#include "decode/split_plan.h"
 #include "oscar/omni_format.h"
+#include "oscar/quant_rules.h"
+#include "oscar_kv.h"
 
 namespace oscar::kernels {
 namespace {
 
 using omnifmt::kKeyBlock;
 using omnifmt::kResidual;
+constexpr int kHD = 128;  // the compiled head_dim (oscar-omni)
+constexpr int kStages = 3;
 
 struct OmniView {
   int B, Hkv;
@@ -244,12 +253,12 @@ constexpr float kOmniPScaleMax = 32768.0f;
 // 2^(BITS pos) of the value codes of m-tile mt (fp16 magic positions; both A rows of a tile share it).
 template <int BITS>
 __host__ __device__ constexpr float omni_vpos_factor(int mt) {
-  return static_cast<float>(1 << (BITS * MagicPos<BITS, 10>::pos(v_pair_code<BITS>(mt, 0))));
+  return static_cast<float>(1 << (BITS * MagicPos<BITS, 10>::pos(v_pair_code<BITS, kHD>(mt, 0))));
 }
 template <int BITS>
 constexpr bool omni_rows_share_pos() {
   for (int mt = 0; mt < 8; ++mt)
-    if (MagicPos<BITS, 10>::pos(v_pair_code<BITS>(mt, 0)) != MagicPos<BITS, 10>::pos(v_pair_code<BITS>(mt, 1))) return false;
+    if (MagicPos<BITS, 10>::pos(v_pair_code<BITS, kHD>(mt, 0)) != MagicPos<BITS, 10>::pos(v_pair_code<BITS, kHD>(mt, 1))) return false;
   return true;
 }
 static_assert(omni_rows_share_pos<2>() && omni_rows_share_pos<4>(), "the two A rows of a value m-tile share the magic position");
@@ -261,7 +270,7 @@ __device__ __forceinline__ uint32_t half2_const(float x) {
 // One 32-token chunk: qh = thread t's query fragments (q^ 2^(8 - BITS pos)), fsc[j] = 2^(e_j - 8) sl2,
 // pw = the warp's current weight factor 2^K (see kOmniPScaleMax; lowered here when a chunk needs it).
 template <int BITS>
-__device__ __forceinline__ void omni_chunk(WarpState& st, float& pw, const uint8_t* stg, const uint32_t (&qh)[8][2], const float (&fsc)[2],
+__device__ __forceinline__ void omni_chunk(WarpState<kHD>& st, float& pw, const uint8_t* stg, const uint32_t (&qh)[8][2], const float (&fsc)[2],
                                            uint16_t* ps, int g, int t) {
   using S = OmniStage<BITS>;
   using M10 = MagicPos<BITS, 10>;
@@ -417,7 +426,7 @@ __device__ __forceinline__ void omni_chunk(WarpState& st, float& pw, const uint8
       uint32_t a[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k)
-        a[k] = hfma2_f16(codes_f16x2<BITS>(v_pair_word<BITS, VW>(lo, hi, mt, k), v_pair_code<BITS>(mt, k)), sv[u][k >> 1], nz[k >> 1]);
+        a[k] = hfma2_f16(codes_f16x2<BITS>(v_pair_word<BITS, VW, kHD>(lo, hi, mt, k), v_pair_code<BITS, kHD>(mt, k)), sv[u][k >> 1], nz[k >> 1]);
       mma_f16(st.acc[mt], a, b);
     }
   }
@@ -459,15 +468,15 @@ __device__ __forceinline__ void load_q_omni(const uint16_t* qrow, bool live, int
 
 template <int BITS>
 constexpr size_t omni_smem_bytes() {
-  return kWarps * kStages * OmniStage<BITS>::BYTES > sizeof(CombineSmem) ? kWarps * kStages * OmniStage<BITS>::BYTES
-                                                                         : sizeof(CombineSmem);
+  return kWarps * kStages * OmniStage<BITS>::BYTES > sizeof(CombineSmem<kHD>) ? kWarps * kStages * OmniStage<BITS>::BYTES
+                                                                         : sizeof(CombineSmem<kHD>);
 }
 
 template <int BITS>
 __global__ void __launch_bounds__(kWarps * 32, 3) omni_decode_kernel(OmniView c, DecodeArgs a) {
   __shared__ __align__(16) uint16_t ps_all[kWarps][16 * 8];
   extern __shared__ __align__(16) uint8_t dyn_smem[];
-  CombineSmem& cs = *reinterpret_cast<CombineSmem*>(dyn_smem);
+  CombineSmem<kHD>& cs = *reinterpret_cast<CombineSmem<kHD>*>(dyn_smem);
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t bh = blockIdx.y;
@@ -475,23 +484,24 @@ __global__ void __launch_bounds__(kWarps * 32, 3) omni_decode_kernel(OmniView c,
   const int split = blockIdx.x;
   const int64_t L = max(0, a.lens[b]);
   const int64_t nb = omnifmt::body_tokens(L);
-  const uint16_t* qrow = a.q + (static_cast<int64_t>(b) * a.Hq + h * a.G + min(g, a.G - 1)) * kHD;
-  const bool qlive = g < a.G;
+  const QueryGroup qg = query_group(a);
+  const uint16_t* qrow = query_row<kHD>(a, b, h, qg, g);
+  const bool qlive = g < qg.nq;
   uint16_t* ps = ps_all[warp];
-  WarpState st;
+  WarpState<kHD> st;
   state_init(st);
   if (split >= a.nsplit) {
     uint32_t qb[8][2];
-    load_q_bf16(qrow, qlive, t, qb);
+    load_q_bf16<kHD>(qrow, qlive, t, qb);
     const int64_t nres = L - nb;
     const uint16_t* kr = c.kr + bh * kResidual * kHD;
     const uint16_t* vr = c.vr + bh * kResidual * kHD;
     for (int64_t base = (split - a.nsplit) * (kWarps * 16) + warp * 16; base < nres; base += a.nwin * (kWarps * 16)) {
       const int n = static_cast<int>(min64(16, nres - base));
-      bf16_tile(st, kr, vr, [&](int i) { return base + i; }, n, qb, a.sl2, ps, g, t);
+      bf16_tile<kHD>(st, kr, vr, [&](int i) { return base + i; }, n, qb, a.sl2, ps, g, t);
     }
     __syncthreads();
-    block_partial_bf16(st, a, bh, split, cs, warp, g, t);
+    block_partial_bf16<kHD>(st, a, qg, bh, split, cs, warp, g, t);
     return;
   }
   uint32_t qh[8][2];
@@ -545,9 +555,9 @@ __global__ void __launch_bounds__(kWarps * 32, 3) omni_decode_kernel(OmniView c,
     const int grp = g >> 1;
     zsel[j] = grp == 0 ? st.ex[0][j] : grp == 1 ? st.ex[1][j] : grp == 2 ? st.ex[2][j] : st.ex[3][j];
   }
-  block_partial(
-      st, [&](int mt, int j, float v) { return fmaf(v, 1.0f / omni_vpos_factor<BITS>(mt), zsel[j] + st.off[j]) * ipw; },
-      a, bh, split, cs, warp, g, t);
+  block_partial<kHD>(
+      st, [&](int mt, int, int j, float v) { return fmaf(v, 1.0f / omni_vpos_factor<BITS>(mt), zsel[j] + st.off[j]) * ipw; },
+      a, qg, bh, split, cs, warp, g, t);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -582,6 +592,8 @@ oscar_status check_omni(const oscar_omni_cache* c, const char* fn, oscar_error* 
 }  // namespace oscar::kernels
 
 using namespace oscar;
+
+extern "C" int oscar_omni_shape_supported(int32_t head_dim, int32_t bits) { return head_dim == kernels::kHD && (bits == 2 || bits == 4); }
 
 extern "C" int64_t oscar_omni_capacity(const oscar_omni_cache* c) { return c ? c->body_capacity + kernels::kResidual - 1 : 0; }
 
@@ -635,14 +647,17 @@ extern "C" oscar_status oscar_omni_decode(const oscar_omni_cache* cache, const v
   if (st != OSCAR_OK) return st;
   const int64_t bh = static_cast<int64_t>(cache->batch) * cache->num_kv_heads;
   if (bh > 65535) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch * kv_heads = %lld exceeds 65535", fn, (long long)bh);
-  kernels::DecodeArgs a;
+  namespace plan = kernels::plan;
+  const int64_t units = bh * plan::query_groups(num_q_heads / cache->num_kv_heads);
   const int64_t win = max_seq_len < kernels::kResidual - 1 ? max_seq_len : kernels::kResidual - 1;
-  kernels::plan_quant(bh, omnifmt::body_tokens(max_seq_len), win, kernels::kOmniGranule, a.nsplit, a.split_len, a.nwin);
-  a.np = a.nsplit + a.nwin;
-  st = kernels::finish_decode_args(a, fn, q, seq_lens, num_q_heads, cache->num_kv_heads, bh, softmax_scale, workspace, workspace_bytes, err);
+  const plan::Plan p = plan::quant_plan(units, omnifmt::body_tokens(max_seq_len), win, plan::kOmniGranule, plan::blocks_per_sm(kernels::kHD),
+                                        plan::sm_count());
+  kernels::DecodeArgs a;
+  st = kernels::plan_decode_args(a, p, fn, q, seq_lens, num_q_heads, cache->num_kv_heads, bh, cache->head_dim, softmax_scale, workspace,
+                                 workspace_bytes, err);
   if (st != OSCAR_OK) return st;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const dim3 grid(a.nsplit + a.nwin, static_cast<unsigned>(bh));
+  const dim3 grid(a.np, static_cast<unsigned>(bh), a.QS / kernels::kQSlots);
   if (cache->bits == 2) {
     constexpr size_t sm = kernels::omni_smem_bytes<2>();
     OSCAR_CUDA_TRY(cudaFuncSetAttribute(kernels::omni_decode_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sm)), err, fn);
@@ -654,5 +669,5 @@ extern "C" oscar_status oscar_omni_decode(const oscar_omni_cache* cache, const v
   }
   st = api::check_launch(err, fn);
   if (st != OSCAR_OK) return st;
-  return kernels::launch_merge(a, cache->batch, out, s, err, fn);
+  return kernels::launch_merge(a, kernels::kHD, cache->batch, out, s, err, fn);
 }

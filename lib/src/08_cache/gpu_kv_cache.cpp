@@ -11,6 +11,8 @@
 #include <cstring>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "oscar/01_core/error.h"
 #include "oscar/float_formats.h"
 #include "oscar/omni_format.h"
@@ -58,7 +60,7 @@ std::string tensor_reason(const TensorQuant& q, const char* what, QuantAxis axis
   return {};
 }
 
-// The oscar-cov kernel format: token-wise groups of head_dim (= 128 today, gpu_unsupported_reason), BF16 sink + recent windows.
+// The oscar-cov kernel format: token-wise groups of head_dim, BF16 sink + recent windows (compiled head_dims: gpu_unsupported_reason).
 std::string cov_reason(const Recipe& r, int hd) {
   if (auto s = tensor_reason(r.key, "keys", QuantAxis::PerToken, hd, -1, hd); !s.empty()) return s;
   if (auto s = tensor_reason(r.value, "values", QuantAxis::PerToken, hd, -1, hd); !s.empty()) return s;
@@ -91,18 +93,44 @@ std::string omni_reason(const Recipe& r, int hd) {
 
 bool gpu_uses_omni_format(const Recipe& r) { return r.omni_token_scaling || r.key.axis == QuantAxis::PerChannel; }
 
+namespace {
+
+// The head_dims the kernels of a format are compiled for (at 2 bits, as the C API reports them).
+std::vector<int> compiled_head_dims(bool omni) {
+  std::vector<int> hds;
+  for (int hd = 32; hd <= 512; hd *= 2)
+    if (omni ? oscar_omni_shape_supported(hd, 2) : oscar_cov_shape_supported(hd, 2)) hds.push_back(hd);
+  return hds;
+}
+std::string head_dim_reason(bool omni, int hd, int bits) {
+  if (omni ? oscar_omni_shape_supported(hd, bits) : oscar_cov_shape_supported(hd, bits)) return {};
+  return fmt::format("the model's head_dim is {} and the {} kernels take head_dim {}", hd, omni ? "oscar-omni" : "oscar-cov",
+                     fmt::join(compiled_head_dims(omni), ", "));
+}
+
+}  // namespace
+
+std::string gpu_supported_text() {
+  return fmt::format("supported: oscar-cov (head_dim {}) and oscar-omni (head_dim {}) at 2 or 4 bits, at most {} query heads per KV head",
+                     fmt::join(compiled_head_dims(false), ", "), fmt::join(compiled_head_dims(true), ", "), oscar_max_query_group());
+}
+
 std::string gpu_model_unsupported_reason(const ModelConfig& c) {
   const int hd = c.head_dim();
-  if (hd != 128) return fmt::format("the model's head_dim is {}", hd);
-  if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0 || c.n_heads / c.n_kv_heads > 8)
-    return fmt::format("{} query heads on {} KV heads, at most 8 per KV head", c.n_heads, c.n_kv_heads);
+  if (!oscar_cov_shape_supported(hd, 2) && !oscar_omni_shape_supported(hd, 2))
+    return fmt::format("the model's head_dim is {}, the kernels take head_dim {}", hd, fmt::join(compiled_head_dims(false), ", "));
+  const int gmax = oscar_max_query_group();
+  if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0 || c.n_heads / c.n_kv_heads > gmax)
+    return fmt::format("{} query heads on {} KV heads, at most {} per KV head", c.n_heads, c.n_kv_heads, gmax);
   return "";
 }
 
 std::string gpu_unsupported_reason(const Recipe& r, const ModelConfig& c) {
   if (std::string why = gpu_model_unsupported_reason(c); !why.empty()) return why;
   const int hd = c.head_dim();
-  return gpu_uses_omni_format(r) ? omni_reason(r, hd) : cov_reason(r, hd);
+  const bool omni = gpu_uses_omni_format(r);
+  if (std::string why = omni ? omni_reason(r, hd) : cov_reason(r, hd); !why.empty()) return why;
+  return head_dim_reason(omni, hd, r.key.bits);
 }
 
 void require_cuda_device() {
@@ -154,7 +182,7 @@ GpuKvCache::GpuKvCache(const ModelConfig& c, const Recipe& recipe, const Covaria
     : KvCache(c), recipe_(recipe), n_heads_(c.n_heads), n_kv_(c.n_kv_heads), head_dim_(c.head_dim()), capacity_(capacity),
       on_device_(c.n_layers, 0), dev_(std::make_unique<Device>()) {
   if (const std::string why = gpu_unsupported_reason(recipe, c); !why.empty())
-    fail("recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu", recipe.name, why, kGpuSupported);
+    fail("recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu", recipe.name, why, gpu_supported_text());
   if (recipe.calibrated() && !calib) fail("recipe {} needs calibration rotations (a calibration passage)", recipe.name);
   if (capacity < 1) fail("internal: GpuKvCache capacity {} must be positive", capacity);
   require_cuda_device();

@@ -126,7 +126,7 @@ EvalResult run_eval(const EvalRequest& req) {
     if (req.gpu && !fp)  // the model's shape first: resolving a recipe for an unsupported head_dim may fail otherwise
       if (const std::string why = gpu_model_unsupported_reason(mc); !why.empty())
         fail("--gpu: recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu",
-             spec.name.find('@') == std::string::npos ? fmt::format("{}@{}", spec.name, req.bits.front()) : spec.name, why, kGpuSupported);
+             spec.name.find('@') == std::string::npos ? fmt::format("{}@{}", spec.name, req.bits.front()) : spec.name, why, gpu_supported_text());
     if (req.clamp_groups)
       for (TensorQuant* q : {&spec.key, &spec.value})
         if (q->axis == QuantAxis::PerToken && q->group > hd) q->group = 0;  // 0 = head_dim
@@ -135,7 +135,7 @@ EvalResult run_eval(const EvalRequest& req) {
       const bool gpu = req.gpu && (r.key.quantized() || r.value.quantized());  // fp16 stays on the CPU
       if (gpu)
         if (const std::string why = gpu_unsupported_reason(r, mc); !why.empty())
-          fail("--gpu: recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu", r.name, why, kGpuSupported);
+          fail("--gpu: recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu", r.name, why, gpu_supported_text());
       jobs.push_back({std::move(r), b, gpu});
       need_calib = need_calib || jobs.back().r.calibrated();
     }

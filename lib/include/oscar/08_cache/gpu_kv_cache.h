@@ -17,18 +17,20 @@
 namespace oscar {
 
 // Empty when a CUDA kernel format implements `recipe` (resolved, or with `group: head` = head_dim) for a
-// model of config `c`; otherwise what does not fit. Both formats: head_dim 128, at most 8 query heads per KV head, bits 2 or 4 on K and V,
+// model of config `c`; otherwise what does not fit. Both formats: a head_dim their kernels are compiled for (the C API's
+// oscar_*_shape_supported: oscar-cov 64, 128, 256), at most 16 query heads per KV head, bits 2 or 4 on K and V,
 // asymmetric uniform fp16 scale/zero, round half to even, bf16 windows, any rotation (applied on the host).
 // oscar-cov format: token-wise groups of head_dim, sink + recent window (recent > 0), no residual block,
 // no token scaling. oscar-omni format (chosen when the recipe scales tokens or has per-channel keys):
 // Omni-Token Scaling with fp16 norms, keys per channel over 32 tokens, values per token in groups of 32,
 // clip 1, residual block of 128, no sink or recent window.
 std::string gpu_unsupported_reason(const Recipe& recipe, const ModelConfig& c);
-// The part of it that depends on the model alone (head_dim 128, at most 8 query heads per KV head), or "":
+// The part of it that depends on the model alone (a head_dim some format takes, at most 16 query heads per KV head), or "":
 // checkable before a recipe is resolved for the model's head_dim.
 std::string gpu_model_unsupported_reason(const ModelConfig& c);
-// What the kernels support, for messages.
-inline constexpr const char* kGpuSupported = "supported: oscar-cov and oscar-omni at 2 or 4 bits, head_dim 128";
+// What the kernels support, for messages, from the kernels' own tables: "supported: oscar-cov (head_dim 64, 128,
+// 256) and oscar-omni (head_dim ...) at 2 or 4 bits, at most 16 query heads per KV head".
+std::string gpu_supported_text();
 
 // Throws Error "no CUDA device: ...; run without --gpu" unless a CUDA device is visible.
 void require_cuda_device();

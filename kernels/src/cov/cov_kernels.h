@@ -1,0 +1,40 @@
+// cov/cov_kernels.h: the oscar-cov kernels' host entry points, one per (head_dim, bits) of decode/shapes.h,
+// and the format's dispatch table (cov/cov_table.cu). CovView is the device view of an oscar_cov_cache
+// (layout oscar/cov_format.h) after the C API has checked it.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "decode/args.h"
+#include "oscar_kernels.h"
+
+namespace oscar::kernels {
+
+struct CovView {
+  int B, Hkv, S, W;
+  int64_t cap;
+  float clip_k, clip_v;
+  uint16_t *ks, *vs, *kr, *vr;
+  uint8_t *kc, *vc;
+  uint32_t *kp, *vp;
+};
+
+template <int HD, int BITS>
+oscar_status cov_prefill(const CovView& c, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len, cudaStream_t s,
+                         oscar_error* err);
+template <int HD, int BITS>
+oscar_status cov_append(const CovView& c, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s, oscar_error* err);
+template <int HD, int BITS>
+oscar_status cov_decode(const CovView& c, const DecodeArgs& a, cudaStream_t s, oscar_error* err);  // decode grid only (no merge)
+
+struct CovKernels {
+  int head_dim, bits;
+  oscar_status (*prefill)(const CovView&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, cudaStream_t, oscar_error*);
+  oscar_status (*append)(const CovView&, const uint16_t*, const uint16_t*, const int32_t*, cudaStream_t, oscar_error*);
+  oscar_status (*decode)(const CovView&, const DecodeArgs&, cudaStream_t, oscar_error*);
+};
+// The entry of (head_dim, bits), or nullptr when that shape is not compiled.
+const CovKernels* cov_kernels(int head_dim, int bits);
+
+}  // namespace oscar::kernels

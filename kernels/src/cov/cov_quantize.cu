@@ -1,0 +1,158 @@
+// cov/cov_quantize.cu: oscar-cov prefill and append (layout oscar/cov_format.h). A token row of head_dim HD
+// is held by HD/8 lanes, 8 channels per lane; clipped token-wise min/max, fp16 (scale, zero), codes by
+// oscar::group_params / quantize_value (bit-exact with the CPU). Sink and recent tokens are copied; append
+// demotes the token leaving the recent ring into the body.
+#include "api_util.h"
+#include "cov/cov_kernels.h"
+#include "decode/mma.cuh"
+#include "decode/shapes.h"
+#include "decode/split_plan.h"
+#include "oscar/cov_format.h"
+#include "oscar/quant_rules.h"
+
+namespace oscar::kernels {
+namespace {
+
+// The lanes of one row: LR = HD / 8 consecutive lanes, the mask of this lane's row group.
+template <int HD>
+__device__ __forceinline__ unsigned row_mask(int lane) {
+  constexpr int LR = HD / 8;
+  if constexpr (LR == 32) return 0xffffffffu;
+  else return ((1u << LR) - 1u) << (lane & ~(LR - 1));
+}
+
+// Quantizes one row (this lane's 8 channels x): the lane's packed code bits and the (scale, zero) fp16 pair.
+template <int HD, int BITS>
+__device__ __forceinline__ void quantize_row(const float (&x)[8], float clip, unsigned mask, uint32_t& code_bits, uint32_t& params) {
+  float mn = x[0], mx = x[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i) { mn = fminf(mn, x[i]); mx = fmaxf(mx, x[i]); }
+#pragma unroll
+  for (int o = 1; o < HD / 8; o <<= 1) {
+    mn = fminf(mn, __shfl_xor_sync(mask, mn, o, HD / 8));
+    mx = fmaxf(mx, __shfl_xor_sync(mask, mx, o, HD / 8));
+  }
+  // clip * min and clip * max rounded once each (no FMA), exactly as the CPU computes them.
+  const float lo = __fmul_rn(clip, mn), hi = __fmul_rn(clip, mx);
+  const GroupParams p = group_params(lo, hi, BITS, false, 1.0f, ScaleDtype::F16);
+  uint32_t bits = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    bits |= static_cast<uint32_t>(quantize_value(x[i], p, BITS, false, Rounding::HalfEven)) << (BITS * i);
+  code_bits = bits;
+  params = static_cast<uint32_t>(float_to_half_bits(p.scale)) | (static_cast<uint32_t>(float_to_half_bits(p.zero)) << 16);
+}
+
+template <int BITS>
+__device__ __forceinline__ void store_codes(uint8_t* row, int lane_in_row, uint32_t bits) {
+  if constexpr (BITS == 2) reinterpret_cast<uint16_t*>(row)[lane_in_row] = static_cast<uint16_t>(bits);
+  else reinterpret_cast<uint32_t*>(row)[lane_in_row] = bits;
+}
+
+// Prefill: HD/8 lanes per (bh, t) row; K and V both handled by it.
+template <int HD, int BITS>
+__global__ void __launch_bounds__(256) prefill_kernel(CovView c, const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
+                                                      const int32_t* __restrict__ lens, int max_len) {
+  constexpr int LR = HD / 8, CB = HD * BITS / 8, ROWS = 256 / LR;
+  const int li = threadIdx.x & (LR - 1);
+  const unsigned mask = row_mask<HD>(threadIdx.x & 31);
+  const int64_t total = static_cast<int64_t>(c.B) * c.Hkv * max_len;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * ROWS;
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * ROWS; row0 < total; row0 += stride) {
+    // every lane runs the shuffles; rows past the end are computed on a clamped row
+    int64_t row = row0 + threadIdx.x / LR;
+    const bool in_range = row < total;
+    if (!in_range) row = total - 1;
+    // 32-bit index math (the API bounds batch * kv_heads * max_len below 2^32)
+    const uint32_t bh32 = static_cast<uint32_t>(row) / static_cast<uint32_t>(max_len);
+    const int64_t bh = bh32;
+    const int t = static_cast<int>(static_cast<uint32_t>(row) - bh32 * static_cast<uint32_t>(max_len));
+    const int b = static_cast<int>(bh / c.Hkv);
+    int len = lens[b];
+    len = len < 0 ? 0 : (len > max_len ? max_len : len);
+    const bool live = in_range && t < len;
+    const uint4 kin = reinterpret_cast<const uint4*>(k + row * HD)[li];
+    const uint4 vin = reinterpret_cast<const uint4*>(v + row * HD)[li];
+    float kx[8], vx[8];
+    bf16x8_to_float(kin, kx);
+    bf16x8_to_float(vin, vx);
+    uint32_t kbits, kpar, vbits, vpar;
+    quantize_row<HD, BITS>(kx, c.clip_k, mask, kbits, kpar);
+    quantize_row<HD, BITS>(vx, c.clip_v, mask, vbits, vpar);
+    if (!live) continue;
+    const int64_t nb = covfmt::body_tokens(len, c.S, c.W);
+    if (t < c.S) {
+      reinterpret_cast<uint4*>(c.ks + (bh * c.S + t) * HD)[li] = kin;
+      reinterpret_cast<uint4*>(c.vs + (bh * c.S + t) * HD)[li] = vin;
+    } else if (t - c.S < nb) {
+      const int64_t bi = bh * c.cap + (t - c.S);
+      store_codes<BITS>(c.kc + bi * CB, li, kbits);
+      store_codes<BITS>(c.vc + bi * CB, li, vbits);
+      if (li == 0) { c.kp[bi] = kpar; c.vp[bi] = vpar; }
+    } else {
+      const int64_t slot = bh * c.W + static_cast<int64_t>(static_cast<uint32_t>(t - c.S) % static_cast<uint32_t>(c.W));
+      reinterpret_cast<uint4*>(c.kr + slot * HD)[li] = kin;
+      reinterpret_cast<uint4*>(c.vr + slot * HD)[li] = vin;
+    }
+  }
+}
+
+// Append: HD/8 lanes per (bh, K or V) row; row r = 2 bh + (1 for V).
+template <int HD, int BITS>
+__global__ void __launch_bounds__(256) append_kernel(CovView c, const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
+                                                     const int32_t* __restrict__ lens) {
+  constexpr int LR = HD / 8, CB = HD * BITS / 8;
+  const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / LR;
+  const int64_t bh = r >> 1;
+  if (bh >= static_cast<int64_t>(c.B) * c.Hkv) return;  // whole row group
+  const int li = threadIdx.x & (LR - 1);
+  const bool is_v = (r & 1) != 0;
+  const int b = static_cast<int>(bh / c.Hkv);
+  const int64_t t = lens[b];
+  if (t < 0 || t >= c.S + c.cap + c.W) return;  // whole row group (host checked the bound)
+  const uint16_t* in = (is_v ? v : k) + bh * HD;
+  const uint4 nin = reinterpret_cast<const uint4*>(in)[li];
+  if (t < c.S) {
+    reinterpret_cast<uint4*>((is_v ? c.vs : c.ks) + (bh * c.S + t) * HD)[li] = nin;
+    return;
+  }
+  uint4* slot = reinterpret_cast<uint4*>((is_v ? c.vr : c.kr) + (bh * c.W + (t - c.S) % c.W) * HD) + li;
+  if (t - c.S >= c.W) {  // demote token t - W (same ring slot) into body index t - W - S
+    const uint4 old = *slot;
+    float x[8];
+    bf16x8_to_float(old, x);
+    uint32_t bits, par;
+    quantize_row<HD, BITS>(x, is_v ? c.clip_v : c.clip_k, row_mask<HD>(threadIdx.x & 31), bits, par);
+    const int64_t bi = bh * c.cap + (t - c.W - c.S);
+    store_codes<BITS>((is_v ? c.vc : c.kc) + bi * CB, li, bits);
+    if (li == 0) (is_v ? c.vp : c.kp)[bi] = par;
+  }
+  *slot = nin;
+}
+
+}  // namespace
+
+template <int HD, int BITS>
+oscar_status cov_prefill(const CovView& c, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len, cudaStream_t s,
+                         oscar_error* err) {
+  const int64_t rows = static_cast<int64_t>(c.B) * c.Hkv * max_len;
+  const int64_t per_block = 256 / (HD / 8);
+  const int64_t want = (rows + per_block - 1) / per_block, cap = 16LL * plan::sm_count();
+  prefill_kernel<HD, BITS><<<static_cast<unsigned>(want < cap ? want : cap), 256, 0, s>>>(c, k, v, lens, max_len);
+  return api::check_launch(err, "oscar_cov_prefill");
+}
+
+template <int HD, int BITS>
+oscar_status cov_append(const CovView& c, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s, oscar_error* err) {
+  const int64_t threads = static_cast<int64_t>(c.B) * c.Hkv * 2 * (HD / 8);
+  append_kernel<HD, BITS><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(c, k, v, lens);
+  return api::check_launch(err, "oscar_cov_append");
+}
+
+#define OSCAR_COV_QUANTIZE_INSTANCE(HD, BITS)                                                                                  \
+  template oscar_status cov_prefill<HD, BITS>(const CovView&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, cudaStream_t, \
+                                              oscar_error*);                                                                   \
+  template oscar_status cov_append<HD, BITS>(const CovView&, const uint16_t*, const uint16_t*, const int32_t*, cudaStream_t, oscar_error*);
+OSCAR_KV_SHAPES(OSCAR_COV_QUANTIZE_INSTANCE)
+
+}  // namespace oscar::kernels

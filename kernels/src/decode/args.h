@@ -1,0 +1,22 @@
+// decode/args.h: the per-call arguments of a split-KV decode step, shared by the decode kernels of both
+// formats, the BF16 baseline and the merge. Plain struct (host and device), passed by value.
+#pragma once
+#include <cstdint>
+
+namespace oscar::kernels {
+
+struct DecodeArgs {
+  const uint16_t* q;  // bf16 [B][Hq][head_dim]
+  const int32_t* lens;
+  int Hq, Hkv, G;     // G = Hq / Hkv query heads per KV head
+  int QS;             // query slots per (bh, part) in the workspace: 8 * ceil(G / 8) (grid z = QS / 8)
+  int nsplit;         // body splits (quantized) or splits (bf16)
+  int nwin;           // quantized: blocks sharing the BF16 windows (parts nsplit .. nsplit + nwin - 1)
+  int np;             // parts per (bh) = nsplit + nwin
+  int64_t split_len;
+  float sl2;          // softmax scale * log2(e)
+  float* part_o;      // [BH][np][QS][head_dim]
+  float* part_ml;     // [BH][np][QS][2] (max in log2 units, sum)
+};
+
+}  // namespace oscar::kernels
