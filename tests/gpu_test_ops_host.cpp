@@ -129,6 +129,9 @@ std::vector<Case> build_table() {
       {"stress-h2", Profile::Stress, 8, 2, 128, {0, 1, 127, 128, 129, 333, 3001}, 300},
       {"stress-h4", Profile::Stress, 4, 4, 128, {0, 1, 127, 128, 129, 333, 3001}, 300},
       {"stress-h3", Profile::Stress, 24, 3, 128, {0, 1, 127, 128, 129, 333, 3001}, 300},
+      {"mix-hd64-h3", Profile::Mix, 9, 3, 64, {37, S + W + 101, 300, S + W + 777}, 300},
+      {"stress-hd64-h2", Profile::Stress, 8, 2, 64, {0, 1, 127, 128, 129, 333, 3001}, 300},
+      {"stress-hd256-h2", Profile::Stress, 8, 2, 256, {0, 1, 127, 128, 129, 333, 3001}, 300},
   };
   // decode: GQA groups 4, 1, 8; peaky softmax with non-zero-mean values; the stress data (Token Norm
   // Imbalance, zero-norm key, values x300 in a whole sequence and in 100 tokens of another); after the
@@ -143,6 +146,16 @@ std::vector<Case> build_table() {
       {"stress-g4-appended", Profile::Stress, 8, 2, 128, {0, 1, 127, 128, 129, 333, 3001}, 300},
       {"stress-g1-appended", Profile::Stress, 4, 4, 128, {0, 1, 127, 128, 129, 333, 3001}, 300},
       {"stress-g8-appended", Profile::Stress, 24, 3, 128, {0, 1, 127, 128, 129, 333, 3001}, 300},
+      // head_dim 64 (SmolLM2's GQA group 3) and 256; groups 12 and 16 (two query-slot blocks per KV head)
+      {"peaky-g3-hd64", Profile::Peaky, 9, 3, 64, {1, 50, S + W + 3001, 333, S + W + 513, 0}},
+      {"stress-g3-hd64", Profile::Stress, 9, 3, 64, {0, 1, 127, 128, 129, 333, 3001}},
+      {"stress-g3-hd64-appended", Profile::Stress, 9, 3, 64, {0, 1, 127, 128, 129, 333, 3001}, 300},
+      {"peaky-g2-hd256", Profile::Peaky, 4, 2, 256, {1, 50, S + W + 3001, 333, S + W + 513, 0}},
+      {"stress-g8-hd256", Profile::Stress, 16, 2, 256, {0, 1, 127, 128, 129, 333, 3001}},
+      {"stress-g2-hd256-appended", Profile::Stress, 4, 2, 256, {0, 1, 127, 128, 129, 333, 3001}, 300},
+      {"peaky-g16", Profile::Peaky, 32, 2, 128, {1, 50, S + W + 3001, 333, S + W + 513, 0}},
+      {"stress-g12-hd64", Profile::Stress, 24, 2, 64, {0, 1, 127, 128, 129, 333, 3001}},
+      {"stress-g16-hd256-appended", Profile::Stress, 16, 1, 256, {0, 1, 127, 128, 129, 333, 3001}, 300},
   };
   const std::vector<Shape> longs = {
       {"spread-b" + std::to_string(g_long_batch), Profile::Spread, 32, 8, 128, repeat(g_long_batch, g_long_len), 0, true},
@@ -794,6 +807,12 @@ void api_cache(Ctx& ctx, const Case& c) {
 
 void run_case(Ctx& ctx, const Case& c) {
   const bool omni = c.fmt == Fmt::Omni;
+  if (c.op != Op::Fwht && c.op != Op::Api && c.fmt != Fmt::Bf16 &&
+      !(omni ? oscar_omni_shape_supported(c.shape.head_dim, c.bits) : oscar_cov_shape_supported(c.shape.head_dim, c.bits))) {
+    ctx.skipped = true;
+    ctx.info = "no kernel compiled for this head_dim and bits (oscar_*_shape_supported)";
+    return;
+  }
   switch (c.op) {
     case Op::Fwht: op_fwht(ctx, c); break;
     case Op::Prefill:
