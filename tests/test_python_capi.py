@@ -80,6 +80,19 @@ def main():
         check(lib.cov_cache_bytes(*bad) == 0, f"oscar_cov_cache_bytes{bad} should be 0")
         check(lib.omni_cache_bytes(*bad) == 0, f"oscar_omni_cache_bytes{bad} should be 0")
     check(lib.cov_cache_bytes(1, 8, 128, 2, 100, -1, 256) == 0, "negative sink gives 0 bytes")
+    # The compiled shapes, from the kernels' dispatch tables (no device needed).
+    for hd in (64, 128, 256):
+        for bits in (2, 4):
+            check(lib.oscar_cov_shape_supported(hd, bits) == 1, f"oscar-cov compiled for head_dim {hd} bits {bits}")
+    for hd, bits in [(96, 2), (128, 3), (512, 2)]:
+        check(lib.oscar_cov_shape_supported(hd, bits) == 0 and lib.oscar_omni_shape_supported(hd, bits) == 0,
+              f"nothing compiled for head_dim {hd} bits {bits}")
+    check(lib.oscar_omni_shape_supported(128, 2) == 1, "oscar-omni compiled for head_dim 128")
+    check(lib.oscar_max_query_group() == 16, "at most 16 query heads per KV head")
+    # Workspace grows with the query groups of 8 (grid z) and the head_dim.
+    check(lib.decode_workspace_bytes(1, 16, 1, 128, 4096, 1) == 2 * lib.decode_workspace_bytes(1, 8, 1, 128, 4096, 1),
+          "16 query heads per KV head take two query-slot groups")
+    check(lib.decode_workspace_bytes(1, 8, 1, 64, 4096, 1) < lib.decode_workspace_bytes(1, 8, 1, 128, 4096, 1), "head_dim 64 needs less")
 
     # Bad shapes fail before any device is needed, with the C message.
     expect_error(lambda: lib.cov_cache_create(1, 8, 128, 3, 4096), codes["OSCAR_ERR_UNSUPPORTED"],

@@ -63,6 +63,9 @@ _err, _cov, _omni = C.POINTER(Error), C.POINTER(CovCache), C.POINTER(OmniCache)
 _SIGNATURES = {
     "oscar_status_name": (C.c_char_p, [C.c_int]),
     "oscar_device_count": (C.c_int, []),
+    "oscar_cov_shape_supported": (C.c_int, [_i32, _i32]),
+    "oscar_omni_shape_supported": (C.c_int, [_i32, _i32]),
+    "oscar_max_query_group": (C.c_int, []),
     "oscar_fwht_f32": (C.c_int, [_vp, _i64, _i32, _i32, _vp, _err]),
     "oscar_fwht_bf16": (C.c_int, [_vp, _i64, _i32, _i32, _vp, _err]),
     "oscar_cov_cache_create": (C.c_int, [_cov, _i32, _i32, _i32, _i32, _i32, _i32, _i64, _err]),
