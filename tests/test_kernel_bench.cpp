@@ -86,6 +86,12 @@ TEST_CASE("kernel benchmark rejects bad shapes before touching the GPU", "[bench
   c = {};
   c.q_heads = 12;
   CHECK_THROWS_WITH(run_kernel_bench(c), Catch::Contains("multiple of the KV heads"));
+  c = {};
+  c.head_dim = 96;
+  CHECK_THROWS_WITH(run_kernel_bench(c), Catch::Contains("--head-dim 96") && Catch::Contains("64, 128 or 256"));
+  c = {};
+  c.q_heads = 136;  // 17 per KV head
+  CHECK_THROWS_WITH(run_kernel_bench(c), Catch::Contains("at most 16"));
 }
 
 TEST_CASE("kernel benchmark without a GPU: one error, no JSON file", "[bench]") {

@@ -26,7 +26,6 @@ namespace oscar {
 
 namespace {
 
-constexpr int kHeadDim = 128;         // the compiled decode kernels' head_dim
 constexpr double kMinBytes = 256e6;   // bytes each timed repeat reads, at least (rotated caches)
 constexpr int kMaxRotations = 64;
 
@@ -142,6 +141,10 @@ void check_config(const KernelBenchConfig& c) {
          c.kv_heads);
   if (c.reps < 1) fail("kernel benchmark: --reps {}: at least one timed repeat is needed", c.reps);
   if (c.warmup < 0) fail("kernel benchmark: --warmup {} is negative; use 0 or more", c.warmup);
+  if (!oscar_cov_shape_supported(c.head_dim, 2) && !oscar_omni_shape_supported(c.head_dim, 2))
+    fail("kernel benchmark: --head-dim {}: no decode kernel is compiled for it; use 64, 128 or 256", c.head_dim);
+  if (c.q_heads / c.kv_heads > oscar_max_query_group())
+    fail("kernel benchmark: --q-heads {} / --kv-heads {}: at most {} query heads per KV head", c.q_heads, c.kv_heads, oscar_max_query_group());
 }
 
 }  // namespace
@@ -153,7 +156,7 @@ KernelBenchResult run_kernel_bench(const KernelBenchConfig& cfg, std::FILE* log)
   cudaDeviceProp prop{};
   OSCAR_BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
   const int hq = cfg.q_heads, hkv = cfg.kv_heads, warmup = cfg.warmup, reps = cfg.reps;
-  const int D = kHeadDim, S = covfmt::kDefaultSink, W = covfmt::kDefaultRecent;
+  const int D = cfg.head_dim, S = covfmt::kDefaultSink, W = covfmt::kDefaultRecent;
   std::mt19937 rng(1);
   std::vector<uint16_t> chunk;
 
@@ -224,6 +227,7 @@ KernelBenchResult run_kernel_bench(const KernelBenchConfig& cfg, std::FILE* log)
       res.decode.push_back({B, ctx, "bf16 (ours)", us16, bf16_read, bf16_read / (us16 * 1e-6) / 1e12, 0, 1.0});
 
       for (int bits : {2, 4}) {
+        if (!oscar_cov_shape_supported(D, bits)) continue;  // no kernel for this head_dim (the table says which ran)
         CovCaches caches;
         for (int r = 0; r < nrot; ++r)
           caches.add([&](oscar_cov_cache* c, oscar_error* e) { return oscar_cov_cache_create(c, B, hkv, D, bits, S, W, ctx, e); });
@@ -248,6 +252,7 @@ KernelBenchResult run_kernel_bench(const KernelBenchConfig& cfg, std::FILE* log)
         res.decode.push_back({B, ctx, name, us, read, read / (us * 1e-6) / 1e12, 0, us16 / us});
       }
       for (int bits : {2, 4}) {  // oscar-omni: whole residual blocks in the body (empty residual when ctx % 128 == 0)
+        if (!oscar_omni_shape_supported(D, bits)) continue;
         OmniCaches caches;
         for (int r = 0; r < nrot; ++r)
           caches.add([&](oscar_omni_cache* c, oscar_error* e) { return oscar_omni_cache_create(c, B, hkv, D, bits, ctx, e); });

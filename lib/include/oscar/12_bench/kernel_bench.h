@@ -14,7 +14,7 @@ namespace oscar {
 struct KernelBenchConfig {
   std::vector<int> batches{1, 8, 32};
   std::vector<int> ctxs{4096, 16384, 32768, 65536, 131072};
-  int q_heads = 32, kv_heads = 8;
+  int q_heads = 32, kv_heads = 8, head_dim = 128;
   int warmup = 5, reps = 30;
 };
 
