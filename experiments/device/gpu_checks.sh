@@ -25,18 +25,20 @@ nvidia-smi -L
 if [ "$what" != bench ]; then
 # The kernel driver: every case, the long-split ones included (one line per case in the log), then the
 # model-level oscar-eval check; compute-sanitizer memcheck on a small selection of the driver's cases (every
-# op but long/real, one shape per group: fwht hd128, prefill/append mix-h3 and stress-h2, decode peaky-g4 and
-# stress-g4-appended, the api cases).
+# op but long/real, one shape per group: fwht hd128, prefill/append mix-h3, stress-h2 and the head_dim 64/256
+# shapes, decode peaky-g4, stress-g4-appended, stress-g3-hd64-appended, stress-g2-hd256-appended, peaky-g16, the api cases).
 step gpu_test_ops 900 "$devbin/bin/gpu_test_ops" --slow
 step gpu_test_eval 300 "$devbin/bin/gpu_test_eval"
 step memcheck_gpu_test_ops 900 compute-sanitizer --tool memcheck --error-exitcode 1 "$devbin/bin/gpu_test_ops" \
-  -o fwht,prefill,append,decode,api -s hd128,mix-h3,stress-h2,peaky-g4,stress-g4-appended,bad-input
+  -o fwht,prefill,append,decode,api -s hd128,mix-h3,stress-h2,mix-hd64-h3,stress-hd256-h2,peaky-g4,stress-g4-appended,stress-g3-hd64-appended,stress-g2-hd256-appended,peaky-g16,bad-input
 fi
 if [ "$what" != tests ]; then
 step oscar_bench 400 "$devbin/bin/oscar-bench" --reps 30 --json "$out/oscar_bench.json"
 if python3 -c "import torch" 2>/dev/null; then
   step large_shape_check 300 python3 experiments/device/large_shape_check.py --lib "$devbin/lib/liboscar_kernels.so"
   step bench_vs_sdpa 500 python3 experiments/bench_vs_sdpa.py --lib "$devbin/lib/liboscar_kernels.so" --reps 30 --json "$out/sdpa.json"
+  step bench_decode_graph 500 python3 experiments/bench_decode_graph.py --lib "$devbin/lib/liboscar_kernels.so" --reps 20 \
+    --json "$out/decode_graph.json" --markdown "$out/decode_graph.md"
 fi
 fi
 if [ "$what" != bench ]; then
