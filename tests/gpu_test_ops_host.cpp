@@ -1,6 +1,6 @@
 // gpu_test_ops_host.cpp: the GPU driver's body (main is in gpu_test_ops.cu): every kernel entry point
 // against its CPU twin, in the spirit of llama.cpp's test-backend-ops. A table of cases
-//   op ∈ {fwht, prefill, append, decode, long, real, api} × format ∈ {cov, omni, bf16} × bits ∈ {2, 4} × shape
+//   op ∈ {fwht, prefill, append, decode, long, real, api, rotated} × format ∈ {cov, omni, bf16} × bits ∈ {2, 4} × shape
 // is built from the shape lists below (a new shape, head_dim or GQA group is one line there); each case runs
 // on the GPU, is compared with its twin (tests/twins/, proven equal to lib's reference by test_twins) and
 // prints one line; the run ends with "N passed, N failed, N skipped". This file is compiled by the host
@@ -59,6 +59,7 @@
 #include "twins/fwht_twin.h"
 #include "twins/inputs.h"
 #include "twins/omni_twin.h"
+#include "twins/rotate_twin.h"
 
 namespace {
 
@@ -69,10 +70,10 @@ constexpr double kDecodeBound = 1e-2, kLongBound = 5e-3, kRealBound = 1e-2;
 // ---------------------------------------------------------------------------------------------------------
 // The case table.
 
-enum class Op { Fwht, Prefill, Append, Decode, Long, Real, Api };
+enum class Op { Fwht, Prefill, Append, Decode, Long, Real, Api, Rotated };
 enum class Fmt { None, Cov, Omni, Bf16 };
 const char* op_name(Op o) {
-  static const char* n[] = {"fwht", "prefill", "append", "decode", "long", "real", "api"};
+  static const char* n[] = {"fwht", "prefill", "append", "decode", "long", "real", "api", "rotated"};
   return n[int(o)];
 }
 const char* fmt_name(Fmt f) {
@@ -182,6 +183,10 @@ std::vector<Case> build_table() {
     for (Fmt f : {Fmt::Cov, Fmt::Omni})
       for (int bits : {2, 4}) t.push_back({Op::Long, f, bits, s});
   }
+  // rotated (oscar-cov): head_dim 64, 128, 256 with appends across the recent-window overflow
+  for (int bits : {2, 4})
+    for (const Shape& s : quant)
+      if (s.name == "mix-h3" || s.name == "mix-hd64-h3" || s.name == "stress-hd256-h2") t.push_back({Op::Rotated, Fmt::Cov, bits, s});
   for (const Shape& s : real)
     for (Fmt f : {Fmt::Cov, Fmt::Omni})
       for (int bits : {2, 4}) t.push_back({Op::Real, f, bits, s});
@@ -367,14 +372,25 @@ struct DevCache {
 
 // Uploads the rows and lengths, prefills lens, then appends `appends` single tokens (token L of each
 // sequence from its rows); `cur` ends as the lengths the cache holds.
+// rot (oscar-cov only): the rows are unrotated and go through the *_rotated entry points.
 template <class F>
 bool fill(Ctx& ctx, const DevCache<F>& dc, const twins::Inputs& in, const DevBuf& dk, const DevBuf& dv, DevBuf& dl,
-          const std::vector<int>& lens, int appends, std::vector<int>& cur) {
+          const std::vector<int>& lens, int appends, std::vector<int>& cur, const oscar_rotation* rot = nullptr) {
+  auto prefill = [&](const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
+    if constexpr (std::is_same_v<F, CovFmt>)
+      if (rot) return oscar_cov_prefill_rotated(&dc.c, rot, k, v, l, mx, nullptr, e);
+    return F::prefill(dc.c, k, v, l, mx, e);
+  };
+  auto append = [&](const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
+    if constexpr (std::is_same_v<F, CovFmt>)
+      if (rot) return oscar_cov_append_rotated(&dc.c, rot, k, v, l, mx, nullptr, e);
+    return F::append(dc.c, k, v, l, mx, e);
+  };
   const int B = in.k.B, H = in.k.H, D = in.k.D;
   oscar_error err{};
   cur = lens;
   if (!ctx.cuda(cudaMemcpy(dl.p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice), "upload lens")) return false;
-  if (!ctx.ok(F::prefill(dc.c, dk.p, dv.p, dl.as<int32_t>(), in.k.T, &err), err, "prefill")) return false;
+  if (!ctx.ok(prefill(dk.p, dv.p, dl.as<int32_t>(), in.k.T, &err), err, "prefill")) return false;
   if (!appends) return ctx.cuda(cudaDeviceSynchronize(), "prefill sync");
   std::vector<uint16_t> kn(size_t(B) * H * D), vn(kn.size());
   DevBuf dkn, dvn;
@@ -392,7 +408,7 @@ bool fill(Ctx& ctx, const DevCache<F>& dc, const twins::Inputs& in, const DevBuf
         !ctx.cuda(cudaMemcpy(dvn.p, vn.data(), vn.size() * 2, cudaMemcpyHostToDevice), "upload v_new") ||
         !ctx.cuda(cudaMemcpy(dl.p, cur.data(), cur.size() * 4, cudaMemcpyHostToDevice), "upload lens"))
       return false;
-    if (!ctx.ok(F::append(dc.c, dkn.p, dvn.p, dl.as<int32_t>(), mx, &err), err, ("append step " + std::to_string(step)).c_str())) return false;
+    if (!ctx.ok(append(dkn.p, dvn.p, dl.as<int32_t>(), mx, &err), err, ("append step " + std::to_string(step)).c_str())) return false;
     for (int& L : cur) ++L;
   }
   return ctx.cuda(cudaDeviceSynchronize(), "append sync") &&
@@ -561,6 +577,63 @@ void op_decode(Ctx& ctx, const Case& c) {
                             [&](int b, int h, int64_t L, auto& K, auto& V) { F::head(tw, b, h, L, K, V); });
   }
   check_outputs(ctx, out, ref, cur, all_seqs(B), s.hq, D, kDecodeBound, "");
+}
+
+// rotated (oscar-cov): the *_rotated entry points on unrotated rows against the plain entry points on rows the
+// host rotated by oscar/rotate_math.h's rule (tests/twins/rotate_twin.h): after prefill and appends the cache bit
+// for bit, and the rotated decode's output bit for bit against the plain decode's output un-rotated on the host;
+// the plain output also within the decode bound of float64 attention. Three rotations per case: Hadamard, one
+// random orthogonal matrix pair for all KV heads, one pair per KV head.
+void op_rotated(Ctx& ctx, const Case& c) {
+  const Shape& s = c.shape;
+  const int T = max_len(s), B = int(s.lens.size()), D = s.head_dim, H = s.hkv, G = s.hq / s.hkv;
+  const double scale = 1.0 / std::sqrt(double(D));
+  const twins::Inputs in = twins::make_inputs(s.profile, B, s.hq, H, T, D, seed_of(c));
+  static const char* names[] = {"hadamard", "matrix", "matrix per head"};
+  for (int variant = 0; variant < 3; ++variant) {
+    const int kind = variant == 0 ? OSCAR_ROTATION_HADAMARD : OSCAR_ROTATION_MATRIX, per_head = variant == 2 ? 1 : 0;
+    const rotate_twin::Rotation rt = rotate_twin::make(kind, per_head, H, D, seed_of(c) + 17 * variant);
+    twins::Inputs rin = in;
+    rin.k.x = rotate_twin::rotate_rows(in.k.x, B, H, T, rt, false);
+    rin.v.x = rotate_twin::rotate_rows(in.v.x, B, H, T, rt, true);
+    rin.q = rotate_twin::rotate_queries(in.q, B, s.hq, G, rt);
+    DevBuf dk, dv, dl, dq, dqr, drk, drv;
+    if (!dk.upload(ctx, in.k.x, "k") || !dv.upload(ctx, in.v.x, "v") || !dq.upload(ctx, in.q, "q") || !dqr.upload(ctx, rin.q, "rotated q") ||
+        !dl.alloc(ctx, size_t(B) * 4, "lens"))
+      return;
+    if (kind == OSCAR_ROTATION_MATRIX && (!drk.upload(ctx, rt.key, "R_K") || !drv.upload(ctx, rt.value, "R_V"))) return;
+    const oscar_rotation rot{kind, per_head, drk.as<float>(), drv.as<float>()};
+    DevCache<CovFmt> dc;
+    std::vector<int> cur;
+    if (!dc.create(ctx, B, H, D, c.bits, T) || !fill(ctx, dc, in, dk, dv, dl, s.lens, s.appends, cur, &rot)) return;
+    const CovFmt::Twin tw = CovFmt::build(rin.k, rin.v, cur, c.bits, T);
+    if (!same_as_twin(ctx, dc, tw, (std::string(names[variant]) + ": cache").c_str())) return;
+    // The rotated decode (unrotated q, un-rotated output) and the plain one on the host-rotated q.
+    const int mx = std::max(1, *std::max_element(cur.begin(), cur.end()));
+    const size_t wsb = oscar_decode_workspace_bytes(B, s.hq, H, D, mx, 1);
+    DevBuf dws, dout;
+    if (!dws.alloc(ctx, wsb, "workspace") || !dout.alloc(ctx, size_t(B) * s.hq * D * 4, "out")) return;
+    oscar_error err{};
+    if (!ctx.ok(oscar_cov_decode_rotated(&dc.c, &rot, dq.p, s.hq, dl.as<int32_t>(), mx, float(scale), dout.as<float>(), dws.p, wsb, nullptr, &err),
+                err, "oscar_cov_decode_rotated") ||
+        !ctx.cuda(cudaDeviceSynchronize(), "decode sync"))
+      return;
+    const std::vector<float> fused = download<float>(ctx, dout.p, size_t(B) * s.hq * D, "out");
+    std::vector<float> plain;
+    if (!run_decode_kernel<CovFmt>(ctx, &dc, nullptr, nullptr, in.k, dqr, dl, cur, s.hq, scale, plain)) return;
+    const std::vector<double> ref = attn_twin::decode(rin.q, cur, all_seqs(B), s.hq, H, D, scale,
+                                                      [&](int b, int h, int64_t L, auto& K, auto& V) { CovFmt::head(tw, b, h, L, K, V); });
+    check_outputs(ctx, plain, ref, cur, all_seqs(B), s.hq, D, kDecodeBound, names[variant]);
+    rotate_twin::unrotate_outputs(plain, B, s.hq, G, rt);
+    ++ctx.checks;
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < plain.size(); ++i)
+      if (std::memcmp(&plain[i], &fused[i], 4) != 0 && bad++ == 0) first = i;
+    if (bad)
+      ctx.fail("%s: %zu output element(s) differ from the plain decode un-rotated on the host (first: %zu, %.9g vs %.9g)", names[variant], bad, first,
+               fused[first], plain[first]);
+  }
+  ctx.info = "cache and un-rotated output bit-exact for all three rotations; " + ctx.info;
 }
 
 // long: B copies of one sequence of L tokens on the device; sequences 0 and B-1 checked.
@@ -820,6 +893,7 @@ void run_case(Ctx& ctx, const Case& c) {
     case Op::Decode: omni ? op_decode<OmniFmt>(ctx, c) : op_decode<CovFmt>(ctx, c); break;  // bf16 uses no cache type
     case Op::Long: omni ? op_long<OmniFmt>(ctx, c) : op_long<CovFmt>(ctx, c); break;
     case Op::Real: omni ? op_real<OmniFmt>(ctx, c) : op_real<CovFmt>(ctx, c); break;
+    case Op::Rotated: op_rotated(ctx, c); break;
     case Op::Api:
       if (c.fmt == Fmt::None) api_fwht(ctx);
       else if (c.fmt == Fmt::Bf16) api_bf16(ctx, c.shape);
@@ -846,7 +920,7 @@ bool listed(const std::vector<std::string>& sel, const std::string& x) {
 void usage(const char* argv0) {
   std::printf(
       "usage: %s [-o OPS] [-f FORMATS] [-b BITS] [-s SHAPES] [--slow] [--list] [--long-batch N] [--long-len N]\n"
-      "  -o OPS       comma list of fwht, prefill, append, decode, long, real, api (default: all)\n"
+      "  -o OPS       comma list of fwht, prefill, append, decode, long, real, api, rotated (default: all)\n"
       "  -f FORMATS   comma list of cov, omni, bf16, - (fwht and its api case) (default: all)\n"
       "  -b BITS      comma list of 2, 4, 0 (cases without bits: bf16, fwht, api of fwht/bf16) (default: all)\n"
       "  -s SHAPES    only cases whose shape name contains one of these (comma list)\n"
@@ -895,7 +969,7 @@ int gpu_test_ops_main(int argc, char** argv) {
     return 2;
   }
   for (const std::string& o : ops)
-    if (!listed({"fwht", "prefill", "append", "decode", "long", "real", "api"}, o)) {
+    if (!listed({"fwht", "prefill", "append", "decode", "long", "real", "api", "rotated"}, o)) {
       std::fprintf(stderr, "gpu_test_ops: unknown op %s (see --help)\n", o.c_str());
       return 2;
     }

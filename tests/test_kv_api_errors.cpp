@@ -88,6 +88,19 @@ TEST_CASE("oscar-cov C API rejects bad input with a message", "[kv_api]") {
   CHECK(oscar_cov_decode(&c, k, 8, nullptr, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(oscar_cov_decode(&c, k, 8, lens, 1320, 1.f, out, ws, 16, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "workspace_bytes"));
+  // in-kernel rotations: a bad kind, missing or misaligned matrices are refused with their names
+  oscar_rotation rot{7, 0, nullptr, nullptr};
+  CHECK(oscar_cov_prefill_rotated(&c, &rot, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "rotation->kind=7"));
+  rot = {OSCAR_ROTATION_MATRIX, 0, static_cast<const float*>(io.at(0)), nullptr};
+  CHECK(oscar_cov_append_rotated(&c, &rot, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "rotation->key or rotation->value is NULL"));
+  rot = {OSCAR_ROTATION_MATRIX, 0, static_cast<const float*>(io.at(0)), reinterpret_cast<const float*>(static_cast<char*>(io.at(0)) + 4)};
+  CHECK(oscar_cov_decode_rotated(&c, &rot, k, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_MISALIGNED);
+  CHECK(says(err, "oscar_cov_decode_rotated"));
+  rot = {OSCAR_ROTATION_MATRIX, 2, static_cast<const float*>(io.at(0)), static_cast<const float*>(io.at(0))};
+  CHECK(oscar_cov_prefill_rotated(&c, &rot, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "per_head=2"));
   CHECK(oscar_bf16_decode(k, v, 2, 2, 1000, 96, k, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
   CHECK(oscar_bf16_decode(k, v, 2, 2, 1000, 128, k, 8, lens, 1001, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "capacity"));

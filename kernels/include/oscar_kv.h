@@ -23,6 +23,21 @@ int oscar_omni_shape_supported(int32_t head_dim, int32_t bits);
 /* The most query heads per KV head any decode entry point takes. */
 int oscar_max_query_group(void);
 
+/* In-kernel rotations (rule: oscar/rotate_math.h). The *_rotated entry points take UNROTATED bf16 K/V (prefill,
+ * append) and an unrotated query (decode, which then returns the un-rotated output); the plain entry points are
+ * the same with OSCAR_ROTATION_NONE (inputs already rotated, output still rotated by R_V). */
+typedef enum oscar_rotation_kind {
+  OSCAR_ROTATION_NONE = 0,     /* inputs already rotated */
+  OSCAR_ROTATION_HADAMARD = 1, /* normalized Walsh-Hadamard on keys, values and queries (oscar-omni's H) */
+  OSCAR_ROTATION_MATRIX = 2    /* dense float32 R_K for keys and queries, R_V for values (oscar-cov's R) */
+} oscar_rotation_kind;
+typedef struct oscar_rotation {
+  int32_t kind;        /* oscar_rotation_kind */
+  int32_t per_head;    /* MATRIX: 1 = one matrix per KV head (query heads use their KV head's), 0 = one for all */
+  const float* key;    /* MATRIX: R_K float32 [per_head ? num_kv_heads : 1][head_dim][head_dim], row-major, k' = k R_K */
+  const float* value;  /* MATRIX: R_V, same shape; v' = v R_V, decode returns o = o' R_V^T */
+} oscar_rotation;
+
 typedef struct oscar_cov_cache {
   int32_t batch, num_kv_heads, head_dim, bits; /* bits: 2 or 4 */
   int32_t sink, recent;                        /* BF16 window sizes in tokens (64, 256 for oscar-cov) */
@@ -60,6 +75,16 @@ oscar_status oscar_cov_prefill(const oscar_cov_cache* cache, const void* k, cons
  * not exceed the capacity. */
 oscar_status oscar_cov_append(const oscar_cov_cache* cache, const void* k_new, const void* v_new,
                              const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err);
+
+/* The same three with in-kernel rotations (see oscar_rotation): k, v, k_new, v_new and q unrotated, out un-rotated.
+ * rotation NULL or kind NONE: exactly the plain calls. MATRIX pointers: device memory, 16-byte aligned. */
+oscar_status oscar_cov_prefill_rotated(const oscar_cov_cache* cache, const oscar_rotation* rotation, const void* k, const void* v,
+                                       const int32_t* seq_lens, int32_t max_len, void* stream, oscar_error* err);
+oscar_status oscar_cov_append_rotated(const oscar_cov_cache* cache, const oscar_rotation* rotation, const void* k_new,
+                                      const void* v_new, const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err);
+oscar_status oscar_cov_decode_rotated(const oscar_cov_cache* cache, const oscar_rotation* rotation, const void* q,
+                                      int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
+                                      float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
 
 /* Workspace bytes oscar_cov_decode / oscar_omni_decode (quantized = 1) / oscar_bf16_decode (0) need for these shapes on the current device. */
 size_t oscar_decode_workspace_bytes(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,

@@ -12,6 +12,10 @@ from ._capi import (  # noqa: F401
     Kernels,
     OmniCache,
     OscarError,
+    ROTATION_HADAMARD,
+    ROTATION_MATRIX,
+    ROTATION_NONE,
+    Rotation,
     default_library_path,
     load,
 )

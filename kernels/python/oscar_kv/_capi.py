@@ -23,6 +23,14 @@ class Error(C.Structure):
     _fields_ = [("message", C.c_char * 512)]
 
 
+class Rotation(C.Structure):
+    """oscar_rotation (oscar_kv.h): kind 0 none, 1 Hadamard, 2 matrix (key/value: device float32 R_K/R_V pointers)."""
+    _fields_ = [("kind", C.c_int32), ("per_head", C.c_int32), ("key", C.c_void_p), ("value", C.c_void_p)]
+
+
+ROTATION_NONE, ROTATION_HADAMARD, ROTATION_MATRIX = 0, 1, 2
+
+
 class CovCache(C.Structure):
     """oscar_cov_cache (oscar_kv.h)."""
     _fields_ = [("batch", C.c_int32), ("num_kv_heads", C.c_int32), ("head_dim", C.c_int32), ("bits", C.c_int32),
@@ -58,7 +66,7 @@ def default_library_path():
 
 
 _vp, _i32, _i64, _f32, _size = C.c_void_p, C.c_int32, C.c_int64, C.c_float, C.c_size_t
-_err, _cov, _omni = C.POINTER(Error), C.POINTER(CovCache), C.POINTER(OmniCache)
+_err, _cov, _omni, _rot = C.POINTER(Error), C.POINTER(CovCache), C.POINTER(OmniCache), C.POINTER(Rotation)
 # name: (restype, argtypes); a status-returning function's last argument is its oscar_error*.
 _SIGNATURES = {
     "oscar_status_name": (C.c_char_p, [C.c_int]),
@@ -75,6 +83,9 @@ _SIGNATURES = {
     "oscar_cov_prefill": (C.c_int, [_cov, _vp, _vp, _vp, _i32, _vp, _err]),
     "oscar_cov_append": (C.c_int, [_cov, _vp, _vp, _vp, _i32, _vp, _err]),
     "oscar_cov_decode": (C.c_int, [_cov, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
+    "oscar_cov_prefill_rotated": (C.c_int, [_cov, _rot, _vp, _vp, _vp, _i32, _vp, _err]),
+    "oscar_cov_append_rotated": (C.c_int, [_cov, _rot, _vp, _vp, _vp, _i32, _vp, _err]),
+    "oscar_cov_decode_rotated": (C.c_int, [_cov, _rot, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
     "oscar_decode_workspace_bytes": (_size, [_i32, _i32, _i32, _i32, _i32, _i32]),
     "oscar_bf16_decode": (C.c_int, [_vp, _vp, _i32, _i32, _i64, _i32, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
     "oscar_omni_cache_create": (C.c_int, [_omni, _i32, _i32, _i32, _i32, _i64, _err]),

@@ -4,6 +4,7 @@
 #include "cov/cov_kernels.h"
 #include "decode/checks.h"
 #include "decode/merge.h"
+#include "decode/rotate_q.h"
 #include "decode/shapes.h"
 #include "decode/split_plan.h"
 #include "oscar/cov_format.h"
@@ -61,11 +62,18 @@ extern "C" int64_t oscar_cov_capacity(const oscar_cov_cache* c) {
 
 extern "C" oscar_status oscar_cov_prefill(const oscar_cov_cache* cache, const void* k, const void* v, const int32_t* seq_lens,
                                          int32_t max_len, void* stream, oscar_error* err) {
-  const char* fn = "oscar_cov_prefill";
+  return oscar_cov_prefill_rotated(cache, nullptr, k, v, seq_lens, max_len, stream, err);
+}
+
+extern "C" oscar_status oscar_cov_prefill_rotated(const oscar_cov_cache* cache, const oscar_rotation* rotation, const void* k,
+                                                 const void* v, const int32_t* seq_lens, int32_t max_len, void* stream, oscar_error* err) {
+  const char* fn = rotation ? "oscar_cov_prefill_rotated" : "oscar_cov_prefill";
   kernels::CovView cv;
   const kernels::CovKernels* ops = nullptr;
   oscar_status st = kernels::check_cache(cache, fn, err, cv, ops);
   if (st != OSCAR_OK) return st;
+  kernels::RotArgs rot;
+  if ((st = kernels::check_rotation(rotation, cache->head_dim, fn, err, rot)) != OSCAR_OK) return st;
   if ((st = kernels::check_write_args(fn, "k, v", k, v, seq_lens, err)) != OSCAR_OK) return st;
   if (max_len < 0) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_len=%d is negative", fn, max_len);
   if (max_len > oscar_cov_capacity(cache))
@@ -74,20 +82,28 @@ extern "C" oscar_status oscar_cov_prefill(const oscar_cov_cache* cache, const vo
   if (max_len == 0) return OSCAR_OK;
   if (static_cast<int64_t>(cache->batch) * cache->num_kv_heads * max_len >= (int64_t(1) << 32))
     return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch * kv_heads * max_len must be below 2^32", fn);
-  return ops->prefill(cv, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), seq_lens, max_len,
+  return ops->prefill(cv, rot, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), seq_lens, max_len,
                       static_cast<cudaStream_t>(stream), err);
 }
 
 extern "C" oscar_status oscar_cov_append(const oscar_cov_cache* cache, const void* k_new, const void* v_new,
                                         const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err) {
-  const char* fn = "oscar_cov_append";
+  return oscar_cov_append_rotated(cache, nullptr, k_new, v_new, seq_lens, max_seq_len, stream, err);
+}
+
+extern "C" oscar_status oscar_cov_append_rotated(const oscar_cov_cache* cache, const oscar_rotation* rotation, const void* k_new,
+                                                const void* v_new, const int32_t* seq_lens, int32_t max_seq_len, void* stream,
+                                                oscar_error* err) {
+  const char* fn = rotation ? "oscar_cov_append_rotated" : "oscar_cov_append";
   kernels::CovView cv;
   const kernels::CovKernels* ops = nullptr;
   oscar_status st = kernels::check_cache(cache, fn, err, cv, ops);
   if (st != OSCAR_OK) return st;
+  kernels::RotArgs rot;
+  if ((st = kernels::check_rotation(rotation, cache->head_dim, fn, err, rot)) != OSCAR_OK) return st;
   if ((st = kernels::check_write_args(fn, "k_new, v_new", k_new, v_new, seq_lens, err)) != OSCAR_OK) return st;
   if ((st = kernels::check_append_len(fn, max_seq_len, oscar_cov_capacity(cache), err)) != OSCAR_OK) return st;
-  return ops->append(cv, static_cast<const uint16_t*>(k_new), static_cast<const uint16_t*>(v_new), seq_lens,
+  return ops->append(cv, rot, static_cast<const uint16_t*>(k_new), static_cast<const uint16_t*>(v_new), seq_lens,
                      static_cast<cudaStream_t>(stream), err);
 }
 
@@ -102,18 +118,28 @@ extern "C" size_t oscar_decode_workspace_bytes(int32_t batch, int32_t num_q_head
   const int sms = plan::sm_count();
   const int np = quantized ? plan::quant_parts_bound(units, max_seq_len, plan::blocks_per_sm(head_dim), sms)
                            : plan::bf16_plan(units, max_seq_len, sms).parts();
-  return plan::workspace_bytes(bh, np, 8 * groups, head_dim);
+  // quantized: room for the rotated queries of a *_decode_rotated call after the partials
+  return plan::workspace_bytes(bh, np, 8 * groups, head_dim) + (quantized ? kernels::rotated_q_bytes(batch, num_q_heads, head_dim) : 0);
 }
 
 extern "C" oscar_status oscar_cov_decode(const oscar_cov_cache* cache, const void* q, int32_t num_q_heads, const int32_t* seq_lens,
                                         int32_t max_seq_len, float softmax_scale, float* out, void* workspace,
                                         size_t workspace_bytes, void* stream, oscar_error* err) {
+  return oscar_cov_decode_rotated(cache, nullptr, q, num_q_heads, seq_lens, max_seq_len, softmax_scale, out, workspace, workspace_bytes,
+                                  stream, err);
+}
+
+extern "C" oscar_status oscar_cov_decode_rotated(const oscar_cov_cache* cache, const oscar_rotation* rotation, const void* q,
+                                                int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
+                                                float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err) {
   namespace plan = kernels::plan;
-  const char* fn = "oscar_cov_decode";
+  const char* fn = rotation ? "oscar_cov_decode_rotated" : "oscar_cov_decode";
   kernels::CovView cv;
   const kernels::CovKernels* ops = nullptr;
   oscar_status st = kernels::check_cache(cache, fn, err, cv, ops);
   if (st != OSCAR_OK) return st;
+  kernels::RotArgs rot;
+  if ((st = kernels::check_rotation(rotation, cache->head_dim, fn, err, rot)) != OSCAR_OK) return st;
   st = kernels::check_decode_args(fn, q, num_q_heads, cache->num_kv_heads, seq_lens, max_seq_len, oscar_cov_capacity(cache), out,
                                   workspace, err);
   if (st != OSCAR_OK) return st;
@@ -123,10 +149,19 @@ extern "C" oscar_status oscar_cov_decode(const oscar_cov_cache* cache, const voi
   const plan::Plan p = plan::quant_plan(units, covfmt::body_tokens(max_seq_len, cache->sink, cache->recent), win, plan::kQuantGranule,
                                         plan::blocks_per_sm(cache->head_dim), plan::sm_count());
   kernels::DecodeArgs a;
+  const size_t qrot = rot.kind ? kernels::rotated_q_bytes(cache->batch, num_q_heads, cache->head_dim) : 0;
   st = kernels::plan_decode_args(a, p, fn, q, seq_lens, num_q_heads, cache->num_kv_heads, bh, cache->head_dim, softmax_scale, workspace,
-                                 workspace_bytes, err);
+                                 workspace_bytes, err, qrot);
   if (st != OSCAR_OK) return st;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (rot.kind) {  // q' = q R_K into the workspace's tail; the merge un-rotates the output by R_V
+    auto* qr = reinterpret_cast<uint16_t*>(static_cast<char*>(workspace) + (workspace_bytes - qrot) / 16 * 16);
+    if ((st = kernels::launch_rotate_q(rot, a.q, qr, static_cast<int64_t>(cache->batch) * num_q_heads, num_q_heads, a.G, cache->head_dim, s,
+                                       err, fn)) != OSCAR_OK)
+      return st;
+    a.q = qr;
+    a.rot = rot;
+  }
   if ((st = ops->decode(cv, a, s, err)) != OSCAR_OK) return st;
   return kernels::launch_merge(a, cache->head_dim, cache->batch, out, s, err, fn);
 }

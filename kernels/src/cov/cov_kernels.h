@@ -20,18 +20,21 @@ struct CovView {
   uint32_t *kp, *vp;
 };
 
+// rot: in-kernel rotation of the unrotated k/v rows (kind 0: the rows are already rotated).
 template <int HD, int BITS>
-oscar_status cov_prefill(const CovView& c, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len, cudaStream_t s,
-                         oscar_error* err);
+oscar_status cov_prefill(const CovView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len,
+                         cudaStream_t s, oscar_error* err);
 template <int HD, int BITS>
-oscar_status cov_append(const CovView& c, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s, oscar_error* err);
+oscar_status cov_append(const CovView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s,
+                        oscar_error* err);
 template <int HD, int BITS>
 oscar_status cov_decode(const CovView& c, const DecodeArgs& a, cudaStream_t s, oscar_error* err);  // decode grid only (no merge)
 
 struct CovKernels {
   int head_dim, bits;
-  oscar_status (*prefill)(const CovView&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, cudaStream_t, oscar_error*);
-  oscar_status (*append)(const CovView&, const uint16_t*, const uint16_t*, const int32_t*, cudaStream_t, oscar_error*);
+  oscar_status (*prefill)(const CovView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, cudaStream_t,
+                          oscar_error*);
+  oscar_status (*append)(const CovView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*, cudaStream_t, oscar_error*);
   oscar_status (*decode)(const CovView&, const DecodeArgs&, cudaStream_t, oscar_error*);
 };
 // The entry of (head_dim, bits), or nullptr when that shape is not compiled.

@@ -5,6 +5,7 @@
 #include "api_util.h"
 #include "cov/cov_kernels.h"
 #include "decode/mma.cuh"
+#include "decode/rotate.cuh"
 #include "decode/shapes.h"
 #include "decode/split_plan.h"
 #include "oscar/cov_format.h"
@@ -51,8 +52,8 @@ __device__ __forceinline__ void store_codes(uint8_t* row, int lane_in_row, uint3
 
 // Prefill: HD/8 lanes per (bh, t) row; K and V both handled by it.
 template <int HD, int BITS>
-__global__ void __launch_bounds__(256) prefill_kernel(CovView c, const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
-                                                      const int32_t* __restrict__ lens, int max_len) {
+__global__ void __launch_bounds__(256) prefill_kernel(CovView c, RotArgs rot, const uint16_t* __restrict__ k,
+                                                      const uint16_t* __restrict__ v, const int32_t* __restrict__ lens, int max_len) {
   constexpr int LR = HD / 8, CB = HD * BITS / 8, ROWS = 256 / LR;
   const int li = threadIdx.x & (LR - 1);
   const unsigned mask = row_mask<HD>(threadIdx.x & 31);
@@ -71,11 +72,18 @@ __global__ void __launch_bounds__(256) prefill_kernel(CovView c, const uint16_t*
     int len = lens[b];
     len = len < 0 ? 0 : (len > max_len ? max_len : len);
     const bool live = in_range && t < len;
-    const uint4 kin = reinterpret_cast<const uint4*>(k + row * HD)[li];
-    const uint4 vin = reinterpret_cast<const uint4*>(v + row * HD)[li];
+    uint4 kin = reinterpret_cast<const uint4*>(k + row * HD)[li];
+    uint4 vin = reinterpret_cast<const uint4*>(v + row * HD)[li];
     float kx[8], vx[8];
     bf16x8_to_float(kin, kx);
     bf16x8_to_float(vin, vx);
+    if (rot.kind) {  // in-kernel rotation of the unrotated input (every lane runs it: the shuffles need the whole row)
+      const int h = static_cast<int>(bh % c.Hkv);
+      rotate_row8<HD>(kx, rot.kind, rot.kind == 2 ? head_matrix<HD>(rot.key, rot.per_head, h) : nullptr, li, mask);
+      rotate_row8<HD>(vx, rot.kind, rot.kind == 2 ? head_matrix<HD>(rot.value, rot.per_head, h) : nullptr, li, mask);
+      kin = pack8_bf16(kx);
+      vin = pack8_bf16(vx);
+    }
     uint32_t kbits, kpar, vbits, vpar;
     quantize_row<HD, BITS>(kx, c.clip_k, mask, kbits, kpar);
     quantize_row<HD, BITS>(vx, c.clip_v, mask, vbits, vpar);
@@ -99,8 +107,8 @@ __global__ void __launch_bounds__(256) prefill_kernel(CovView c, const uint16_t*
 
 // Append: HD/8 lanes per (bh, K or V) row; row r = 2 bh + (1 for V).
 template <int HD, int BITS>
-__global__ void __launch_bounds__(256) append_kernel(CovView c, const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
-                                                     const int32_t* __restrict__ lens) {
+__global__ void __launch_bounds__(256) append_kernel(CovView c, RotArgs rot, const uint16_t* __restrict__ k,
+                                                     const uint16_t* __restrict__ v, const int32_t* __restrict__ lens) {
   constexpr int LR = HD / 8, CB = HD * BITS / 8;
   const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / LR;
   const int64_t bh = r >> 1;
@@ -111,7 +119,15 @@ __global__ void __launch_bounds__(256) append_kernel(CovView c, const uint16_t* 
   const int64_t t = lens[b];
   if (t < 0 || t >= c.S + c.cap + c.W) return;  // whole row group (host checked the bound)
   const uint16_t* in = (is_v ? v : k) + bh * HD;
-  const uint4 nin = reinterpret_cast<const uint4*>(in)[li];
+  uint4 nin = reinterpret_cast<const uint4*>(in)[li];
+  if (rot.kind) {  // the new token arrives unrotated (the window and demoted tokens are stored rotated)
+    float x[8];
+    bf16x8_to_float(nin, x);
+    const int h = static_cast<int>(bh % c.Hkv);
+    rotate_row8<HD>(x, rot.kind, rot.kind == 2 ? head_matrix<HD>(is_v ? rot.value : rot.key, rot.per_head, h) : nullptr, li,
+                    row_mask<HD>(threadIdx.x & 31));
+    nin = pack8_bf16(x);
+  }
   if (t < c.S) {
     reinterpret_cast<uint4*>((is_v ? c.vs : c.ks) + (bh * c.S + t) * HD)[li] = nin;
     return;
@@ -133,26 +149,28 @@ __global__ void __launch_bounds__(256) append_kernel(CovView c, const uint16_t* 
 }  // namespace
 
 template <int HD, int BITS>
-oscar_status cov_prefill(const CovView& c, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len, cudaStream_t s,
-                         oscar_error* err) {
+oscar_status cov_prefill(const CovView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len,
+                         cudaStream_t s, oscar_error* err) {
   const int64_t rows = static_cast<int64_t>(c.B) * c.Hkv * max_len;
   const int64_t per_block = 256 / (HD / 8);
   const int64_t want = (rows + per_block - 1) / per_block, cap = 16LL * plan::sm_count();
-  prefill_kernel<HD, BITS><<<static_cast<unsigned>(want < cap ? want : cap), 256, 0, s>>>(c, k, v, lens, max_len);
+  prefill_kernel<HD, BITS><<<static_cast<unsigned>(want < cap ? want : cap), 256, 0, s>>>(c, rot, k, v, lens, max_len);
   return api::check_launch(err, "oscar_cov_prefill");
 }
 
 template <int HD, int BITS>
-oscar_status cov_append(const CovView& c, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s, oscar_error* err) {
+oscar_status cov_append(const CovView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s,
+                        oscar_error* err) {
   const int64_t threads = static_cast<int64_t>(c.B) * c.Hkv * 2 * (HD / 8);
-  append_kernel<HD, BITS><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(c, k, v, lens);
+  append_kernel<HD, BITS><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(c, rot, k, v, lens);
   return api::check_launch(err, "oscar_cov_append");
 }
 
 #define OSCAR_COV_QUANTIZE_INSTANCE(HD, BITS)                                                                                  \
-  template oscar_status cov_prefill<HD, BITS>(const CovView&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, cudaStream_t, \
-                                              oscar_error*);                                                                   \
-  template oscar_status cov_append<HD, BITS>(const CovView&, const uint16_t*, const uint16_t*, const int32_t*, cudaStream_t, oscar_error*);
+  template oscar_status cov_prefill<HD, BITS>(const CovView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, \
+                                              cudaStream_t, oscar_error*);                                                     \
+  template oscar_status cov_append<HD, BITS>(const CovView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*,       \
+                                             cudaStream_t, oscar_error*);
 OSCAR_KV_SHAPES(OSCAR_COV_QUANTIZE_INSTANCE)
 
 }  // namespace oscar::kernels

@@ -5,6 +5,14 @@
 
 namespace oscar::kernels {
 
+// An in-kernel rotation (oscar_rotation of oscar_kv.h; rule in oscar/rotate_math.h): kind 0 none, 1 Hadamard,
+// 2 matrix (key: R_K, value: R_V, [per_head ? Hkv : 1][HD][HD] float32 row-major).
+struct RotArgs {
+  int kind = 0, per_head = 0;
+  const float* key = nullptr;
+  const float* value = nullptr;
+};
+
 struct DecodeArgs {
   const uint16_t* q;  // bf16 [B][Hq][head_dim]
   const int32_t* lens;
@@ -17,6 +25,7 @@ struct DecodeArgs {
   float sl2;          // softmax scale * log2(e)
   float* part_o;      // [BH][np][QS][head_dim]
   float* part_ml;     // [BH][np][QS][2] (max in log2 units, sum)
+  RotArgs rot;        // the merge un-rotates the output by R_V when rot.kind != 0 (q was rotated before the decode grid)
 };
 
 }  // namespace oscar::kernels

@@ -38,15 +38,15 @@ inline oscar_status check_decode_args(const char* fn, const void* q, int32_t hq,
   return OSCAR_OK;
 }
 
-// Fills a decode step's arguments from its plan after checking the workspace and the grid's limits.
+// Fills a decode step's arguments from its plan after checking the workspace (partials + extra_bytes) and the grid's limits.
 inline oscar_status plan_decode_args(DecodeArgs& a, const plan::Plan& p, const char* fn, const void* q, const int32_t* lens, int32_t hq,
                                      int32_t hkv, int64_t bh, int head_dim, float softmax_scale, void* workspace, size_t workspace_bytes,
-                                     oscar_error* err) {
+                                     oscar_error* err, size_t extra_bytes = 0) {
   if (bh > 65535) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch * kv_heads = %lld exceeds 65535", fn, (long long)bh);
   a.G = hq / hkv;
   a.QS = 8 * plan::query_groups(a.G);
   a.nsplit = p.nsplit; a.nwin = p.nwin; a.np = p.parts(); a.split_len = p.split_len;
-  const size_t need = plan::workspace_bytes(bh, a.np, a.QS, head_dim);
+  const size_t need = plan::workspace_bytes(bh, a.np, a.QS, head_dim) + extra_bytes;  // extra: rotated queries at the tail
   if (workspace_bytes < need)
     return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: workspace_bytes=%zu < %zu needed (oscar_decode_workspace_bytes)", fn,
                      workspace_bytes, need);

@@ -2,6 +2,7 @@
 // o = sum_p 2^(m_p - M) o_p / sum_p 2^(m_p - M) l_p (log2 domain); a head with no token gets 0.
 #include "api_util.h"
 #include "decode/merge.h"
+#include "oscar/fwht_math.h"
 
 #include <cmath>
 
@@ -36,7 +37,33 @@ __global__ void __launch_bounds__(HD) merge_kernel(DecodeArgs a, float* __restri
       num += w * po[static_cast<int64_t>(p) * stride * HD];
     }
   }
-  out[bq * HD + threadIdx.x] = den > 0.f ? num / den : 0.f;
+  const float o = den > 0.f ? num / den : 0.f;
+  if (a.rot.kind == 0) {
+    out[bq * HD + threadIdx.x] = o;
+    return;
+  }
+  // Un-rotation by R_V (oscar/rotate_math.h): the row in shared memory, then Hadamard butterflies in
+  // fwht_inplace's order or the fma chain o_j = sum_i o'_i R_V[j][i] (i ascending).
+  __shared__ float row[HD];
+  const int j = threadIdx.x;
+  row[j] = o;
+  __syncthreads();
+  if (a.rot.kind == 1) {
+    for (int s = 1; s < HD; s <<= 1) {
+      if ((j & s) == 0) {
+        const float x = row[j], y = row[j + s];
+        row[j] = x + y;
+        row[j + s] = x - y;
+      }
+      __syncthreads();
+    }
+    out[bq * HD + j] = row[j] * fwht_scale(HD);
+  } else {
+    const float* R = a.rot.value + (a.rot.per_head ? static_cast<int64_t>(hq / a.G) * HD * HD : 0) + static_cast<int64_t>(j) * HD;
+    float acc = 0.f;
+    for (int i = 0; i < HD; ++i) acc = fmaf(row[i], __ldg(R + i), acc);
+    out[bq * HD + j] = acc;
+  }
 }
 
 template <int HD>

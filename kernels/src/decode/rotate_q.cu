@@ -1,0 +1,63 @@
+// decode/rotate_q.cu: query rotation before a rotated decode (decode/rotate_q.h) and the check of oscar_rotation.
+#include "api_util.h"
+#include "decode/mma.cuh"
+#include "decode/rotate.cuh"
+#include "decode/rotate_q.h"
+#include "oscar_kv.h"
+
+namespace oscar::kernels {
+namespace {
+
+template <int HD>
+__global__ void __launch_bounds__(256) rotate_q_kernel(RotArgs rot, const uint16_t* __restrict__ q, uint16_t* __restrict__ dst,
+                                                       int64_t rows, int Hq, int G) {
+  constexpr int LR = HD / 8;
+  const int lane = threadIdx.x & 31, li = lane & (LR - 1);
+  const unsigned mask = LR == 32 ? 0xffffffffu : ((1u << LR) - 1u) << (lane & ~(LR - 1));
+  int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / LR;
+  if (row >= rows) return;  // whole row group
+  const int hkv = static_cast<int>(row % Hq) / G;
+  float x[8];
+  bf16x8_to_float(reinterpret_cast<const uint4*>(q + row * HD)[li], x);
+  rotate_row8<HD>(x, rot.kind, rot.kind == 2 ? head_matrix<HD>(rot.key, rot.per_head, hkv) : nullptr, li, mask);
+  reinterpret_cast<uint4*>(dst + row * HD)[li] = pack8_bf16(x);
+}
+
+}  // namespace
+
+oscar_status launch_rotate_q(const RotArgs& rot, const uint16_t* q, uint16_t* dst, int64_t rows, int Hq, int G, int head_dim,
+                             cudaStream_t s, oscar_error* err, const char* fn) {
+  const int64_t threads = rows * (head_dim / 8);
+  const unsigned blocks = static_cast<unsigned>((threads + 255) / 256);
+  switch (head_dim) {
+    case 64: rotate_q_kernel<64><<<blocks, 256, 0, s>>>(rot, q, dst, rows, Hq, G); break;
+    case 128: rotate_q_kernel<128><<<blocks, 256, 0, s>>>(rot, q, dst, rows, Hq, G); break;
+    case 256: rotate_q_kernel<256><<<blocks, 256, 0, s>>>(rot, q, dst, rows, Hq, G); break;
+    default: return api::fail(err, OSCAR_ERR_UNSUPPORTED, "%s: head_dim=%d has no rotation kernel (64, 128 or 256)", fn, head_dim);
+  }
+  return api::check_launch(err, fn);
+}
+
+oscar_status check_rotation(const void* rotation, int head_dim, const char* fn, oscar_error* err, RotArgs& out) {
+  out = RotArgs{};
+  if (!rotation) return OSCAR_OK;
+  const auto* r = static_cast<const oscar_rotation*>(rotation);
+  if (r->kind == OSCAR_ROTATION_NONE) return OSCAR_OK;
+  if (r->kind != OSCAR_ROTATION_HADAMARD && r->kind != OSCAR_ROTATION_MATRIX)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: rotation->kind=%d unknown (0 none, 1 Hadamard, 2 matrix)", fn, r->kind);
+  if (r->kind == OSCAR_ROTATION_MATRIX) {
+    if (!r->key || !r->value) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: rotation->key or rotation->value is NULL", fn);
+    if (!api::aligned(r->key, 16) || !api::aligned(r->value, 16))
+      return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: rotation->key/value must be 16-byte aligned", fn);
+    if (r->per_head != 0 && r->per_head != 1)
+      return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: rotation->per_head=%d must be 0 or 1", fn, r->per_head);
+  }
+  (void)head_dim;
+  out.kind = r->kind;
+  out.per_head = r->kind == OSCAR_ROTATION_MATRIX ? r->per_head : 0;
+  out.key = r->key;
+  out.value = r->value;
+  return OSCAR_OK;
+}
+
+}  // namespace oscar::kernels
