@@ -29,7 +29,13 @@
 //     (1.8e-3 emulated in experiments/diagnostics/cov_value_rounding.cpp) with margin, below every fault.
 //   real: every layer of kjv-llama-hd128 on held-out Revelation (Hadamard-rotated q/k/v, bf16; batch of
 //     lengths 1536, 1459, 301, each sequence's last query): cache == twin, decode within 1e-2 (as decode).
-//     Skipped, never passed, when the bundled model or text is absent.
+//     Skipped, never passed, when the bundled model or text is absent. Shape smollm2-hd64: the same on the
+//     layers of a SmolLM2-135M-Instruct dump (head_dim 64, 9 query / 3 KV heads; lengths 1024, 947, 301; the
+//     logit scaling of each layer as the dump records it; q/k are post-RoPE in dumps) given with
+//     --real-dump FILE or OSCAR_REAL_DUMP (experiments/device/make_smollm2_real_dump.sh makes it: layers
+//     3, 12, 20, 25, fp16); skipped, never passed, without one; a given file that cannot be read fails.
+//     Measured on the H100 (2026-11-24): smollm2-hd64 cov INT2 worst 2.1e-3 (layer 20), INT4 1.4e-3 (layer 3);
+//     kjv-hd128 cov INT2 3.1e-3, INT4 1.3e-3, omni INT2 1.1e-3, INT4 1.2e-3.
 //   api: the C API rejects bad shapes, pointers, lengths and workspaces with the right status (and names
 //     the argument), and the allocators reject bad shapes.
 #include <cuda_runtime.h>
@@ -54,6 +60,7 @@
 #include "oscar/omni_format.h"
 #include "oscar_kv.h"
 #include "real_activations.h"
+#include "real_dump.h"
 #include "twins/attention_twin.h"
 #include "twins/cov_twin.h"
 #include "twins/fwht_twin.h"
@@ -88,6 +95,7 @@ struct Shape {
   std::vector<int> lens;  // tokens per sequence after the prefill (fwht: row counts, one case each)
   int appends = 0;        // single-token appends after the prefill
   bool slow = false;      // run only with --slow (or when its op is selected by name with -o)
+  bool from_dump = false; // real: activations from the --real-dump file, not the bundled model
 };
 
 struct Case {
@@ -109,6 +117,8 @@ struct Case {
 
 // Long-split geometry (settable for diagnosis: --long-batch, --long-len).
 int g_long_batch = 32, g_long_len = 65536 - 7;
+// The real op's dump (--real-dump FILE, else the environment's OSCAR_REAL_DUMP; "" when neither).
+std::string g_real_dump;
 
 std::vector<int> repeat(int n, int L) { return std::vector<int>(size_t(n), L); }
 
@@ -161,7 +171,8 @@ std::vector<Case> build_table() {
   const std::vector<Shape> longs = {
       {"spread-b" + std::to_string(g_long_batch), Profile::Spread, 32, 8, 128, repeat(g_long_batch, g_long_len), 0, true},
   };
-  const std::vector<Shape> real = {{"kjv-hd128", Profile::Spread, 4, 2, 128, {1536, 1536 - 77, 301}}};
+  const std::vector<Shape> real = {{"kjv-hd128", Profile::Spread, 4, 2, 128, {1536, 1536 - 77, 301}},
+                                   {"smollm2-hd64", Profile::Spread, 9, 3, 64, {1024, 1024 - 77, 301}, 0, false, true}};
 
   std::vector<Case> t;
   for (const Shape& s : fwht) t.push_back({Op::Fwht, Fmt::None, 0, s});
@@ -696,31 +707,42 @@ void op_long(Ctx& ctx, const Case& c) {
   check_outputs(ctx, out, ref, s.lens, B > 1 ? std::vector<int>{0, B - 1} : std::vector<int>{0}, Hq, D, kLongBound, "");
 }
 
-// real: every layer of the bundled model, Hadamard-rotated and rounded to bf16, batch of three lengths.
-const std::vector<RealLayer>& real_layers(int T) {
-  static std::map<int, std::vector<RealLayer>> cache;
-  auto it = cache.find(T);
-  if (it == cache.end()) it = cache.emplace(T, real_activations(T)).first;
+// real: every layer of the bundled model (or of the --real-dump file), Hadamard-rotated and rounded to bf16,
+// batch of three lengths. Loaded once per source and length.
+const std::vector<RealLayer>& real_layers(const Shape& s, int T) {
+  static std::map<std::string, std::vector<RealLayer>> cache;
+  const std::string key = (s.from_dump ? g_real_dump : std::string("kjv")) + "#" + std::to_string(T);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, s.from_dump ? real_dump_layers(g_real_dump, T) : real_activations(T)).first;
   return it->second;
 }
 
 template <class F>
 void op_real(Ctx& ctx, const Case& c) {
-  if (const std::string miss = real_data_missing(); !miss.empty()) {
+  const Shape& s = c.shape;
+  if (s.from_dump && g_real_dump.empty()) {
+    ctx.skipped = true;
+    ctx.info = "no dump given: pass --real-dump FILE (or OSCAR_REAL_DUMP); experiments/device/make_smollm2_real_dump.sh makes it";
+    return;
+  }
+  if (const std::string miss = real_data_missing(); !s.from_dump && !miss.empty()) {
     ctx.skipped = true;
     ctx.info = "real data absent: " + miss + " (bring it with data/bring_data.sh)";
     return;
   }
-  const Shape& s = c.shape;
   const int T = max_len(s), B = int(s.lens.size()), D = s.head_dim;
-  const double scale = 1.0 / std::sqrt(double(D));
-  const std::vector<RealLayer>& layers = real_layers(T);
+  const std::vector<RealLayer>& layers = real_layers(s, T);
   double worst = 0;
-  std::string worst_info;
+  std::string worst_info, per_layer;
   for (size_t li = 0; li < layers.size(); ++li) {
     const RealLayer& R = layers[li];
-    if (R.head_dim != D) { ctx.fail("layer %zu: head_dim %d, the case expects %d", li, R.head_dim, D); return; }
+    if (R.head_dim != D || R.n_heads != s.hq || R.n_kv_heads != s.hkv) {
+      ctx.fail("layer %d: %d query / %d KV heads of head_dim %d, the case expects %d / %d of %d", R.layer, R.n_heads, R.n_kv_heads,
+               R.head_dim, s.hq, s.hkv, D);
+      return;
+    }
     const int Hq = R.n_heads, H = R.n_kv_heads;
+    const double scale = R.scaling;
     auto rotate = [&](const std::vector<float>& x) { return fwht_twin::transform(x, int64_t(x.size() / D), D, true); };
     const std::vector<float> kr = rotate(R.k), vr = rotate(R.v), qr = rotate(R.q);
     twins::Inputs in;
@@ -744,7 +766,7 @@ void op_real(Ctx& ctx, const Case& c) {
     std::vector<float> out;
     if (!dc.create(ctx, B, H, D, c.bits, T) || !fill(ctx, dc, in, dk, dv, dl, s.lens, 0, cur)) return;
     const typename F::Twin tw = F::build(in.k, in.v, cur, c.bits, T);
-    const std::string label = "layer " + std::to_string(li);
+    const std::string label = "layer " + std::to_string(R.layer);
     if (!same_as_twin(ctx, dc, tw, label.c_str())) continue;
     if (!run_decode_kernel<F>(ctx, &dc, nullptr, nullptr, in.k, dq, dl, cur, Hq, scale, out)) return;
     const std::vector<double> ref = attn_twin::decode(in.q, cur, all_seqs(B), Hq, H, D, scale,
@@ -757,8 +779,12 @@ void op_real(Ctx& ctx, const Case& c) {
     for (int b = 0; b < B; ++b)
       for (int hq = 0; hq < Hq; ++hq) e = std::max(e, attn_twin::rel_err(&out[(size_t(b) * Hq + hq) * D], &ref[(size_t(b) * Hq + hq) * D], D));
     if (e >= worst) { worst = e; worst_info = layer.info; }
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%d: %.2e", per_layer.empty() ? "" : ", ", R.layer, e);
+    per_layer += buf;
   }
   ctx.info = std::to_string(layers.size()) + " layers, worst " + worst_info;
+  ctx.log += "    per layer, max rel err: " + per_layer + "\n";
 }
 
 // api: bad input gets an error status and a message, never a silent wrong answer.
@@ -920,6 +946,7 @@ bool listed(const std::vector<std::string>& sel, const std::string& x) {
 void usage(const char* argv0) {
   std::printf(
       "usage: %s [-o OPS] [-f FORMATS] [-b BITS] [-s SHAPES] [--slow] [--list] [--long-batch N] [--long-len N]\n"
+      "          [--real-dump FILE]\n"
       "  -o OPS       comma list of fwht, prefill, append, decode, long, real, api, rotated (default: all)\n"
       "  -f FORMATS   comma list of cov, omni, bf16, - (fwht and its api case) (default: all)\n"
       "  -b BITS      comma list of 2, 4, 0 (cases without bits: bf16, fwht, api of fwht/bf16) (default: all)\n"
@@ -927,6 +954,8 @@ void usage(const char* argv0) {
       "  --slow       include the cases tagged slow (long split); -o long selects them too\n"
       "  --list       print the selected cases and exit (needs no GPU)\n"
       "  --long-batch N, --long-len N   long-split geometry for diagnosis (default 32, 65529)\n"
+      "  --real-dump FILE   the dump the real op's smollm2-hd64 cases read (default: $OSCAR_REAL_DUMP; without\n"
+      "               either they are skipped); make it with experiments/device/make_smollm2_real_dump.sh\n"
       "Exit status: 0 every selected case passed or skipped (at least one passed); 1 a case failed;\n"
       "77 no CUDA device, or every selected case skipped; 2 bad usage.\n",
       argv0);
@@ -938,6 +967,7 @@ void usage(const char* argv0) {
 int gpu_test_ops_main(int argc, char** argv) {
   std::vector<std::string> ops, fmts, bits, shapes;
   bool slow = false, list = false;
+  if (const char* e = std::getenv("OSCAR_REAL_DUMP")) g_real_dump = e;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -955,6 +985,7 @@ int gpu_test_ops_main(int argc, char** argv) {
     else if (a == "--list") list = true;
     else if (a == "--long-batch") g_long_batch = std::atoi(value().c_str());
     else if (a == "--long-len") g_long_len = std::atoi(value().c_str());
+    else if (a == "--real-dump") g_real_dump = value();
     else if (a == "-h" || a == "--help") {
       usage(argv[0]);
       return 0;

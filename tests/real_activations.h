@@ -3,6 +3,7 @@
 // for the GPU driver's real-activation decode cases. real_data_missing() names the first absent input
 // file (those cases then report skipped); otherwise a load error is a failure, not a skip.
 #pragma once
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -14,6 +15,8 @@
 
 struct RealLayer {
   int n_heads = 0, n_kv_heads = 0, tokens = 0, head_dim = 0;
+  int layer = 0;       // the model's layer number
+  double scaling = 0;  // logit = scaling * q.k
   std::vector<float> q, k, v;  // head-major [heads][tokens][head_dim], after RoPE (q, k)
 };
 
@@ -50,6 +53,7 @@ inline std::vector<RealLayer> real_activations(int tokens) {
   model.forward(p.tokens, cache, [&](const oscar::LayerQKV& l) {
     RealLayer& r = out[l.layer];
     r.n_heads = c.n_heads; r.n_kv_heads = c.n_kv_heads; r.tokens = tokens; r.head_dim = d;
+    r.layer = l.layer; r.scaling = 1.0 / std::sqrt(double(d));
     to_heads(l.q, c.n_heads, r.q);
     to_heads(l.k, c.n_kv_heads, r.k);
     to_heads(l.v, c.n_kv_heads, r.v);

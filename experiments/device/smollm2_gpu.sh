@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# smollm2_gpu.sh SUBCOMMAND ...: oscar-eval --gpu and gpu_test_ops's SmolLM2 real case on a GPU machine that
+# cannot fetch the 98 MB GGUF and takes ~20-24 MB of carried files per call (64 MiB with the ~43 MB tree):
+# the GGUF travels xz-compressed (90.5 MB) in parts over consecutive calls on one warm machine, is gathered in
+# $STASH (default /tmp/smollm2), joined and checked against the sha256 of data/fetch_smollm2.sh.
+# Run every subcommand from the repository root.
+#
+# On the build machine (PREFIX e.g. /work/main/build-smollm2-: folders PREFIX0 .. PREFIX4, git-ignored):
+#   bash experiments/device/pack.sh BUILD /tmp/pb/dev          # gpu_test_ops, oscar-eval (-DOSCAR_NATIVE=OFF)
+#   bash experiments/device/make_smollm2_real_dump.sh /tmp/smollm2_real.h5
+#   bash experiments/device/smollm2_gpu.sh split PREFIX /tmp/pb/dev.tar.xz /tmp/smollm2_real.h5
+# then one device call per folder, back to back (the machine goes back 30 s after a call), carry [PREFIXk]:
+#   call 0: bash build-smollm2-0/smollm2_gpu.sh stash build-smollm2-0 && bash /tmp/smollm2/smollm2_gpu.sh real $OUT
+#   call k: bash /tmp/smollm2/smollm2_gpu.sh stash build-smollm2-k            (k = 1 .. N-2)
+#   last:   bash /tmp/smollm2/smollm2_gpu.sh stash build-smollm2-N-1 && bash /tmp/smollm2/smollm2_gpu.sh eval $OUT
+# Subcommands:
+#   split PREFIX DEV_TAR DUMP [FIRST PART]  xz the GGUF (MODEL, default data/models/SmolLM2-135M-Instruct.Q4_1.gguf);
+#        PREFIX0 gets DEV_TAR, DUMP (xz), this script, a manifest and the stream's first FIRST bytes (default
+#        5,000,000), PREFIX1.. the rest in PART-byte parts (default 21,400,000): each folder stays under ~22 MB.
+#   stash DIR   copies DIR's files into $STASH (unpacking dev.tar.xz there) and lists the parts present.
+#   real OUT    gpu_test_ops -o real with --real-dump (kjv-hd128 and smollm2-hd64 cases), log OUT/real.log.
+#   eval OUT    joins the parts (count and stream sha256 from the manifest, GGUF sha256), then oscar-eval --gpu
+#               on 1024 tokens of Revelation (calibration: 1024 tokens of Genesis), recipes fp16,oscar-cov at 2
+#               and 4 bits (OUT/eval_gpu/), and oscar-omni alone (its refusal or its run: OUT/eval_omni.log).
+# Measured (H100, 2026-11-24; eval step 60 s on 16 cores): oscar-cov@2 (gpu) loss 2.9156, Δ +0.1107, KL 0.1334, top-1
+# 0.842; @4 +0.0007, KL 0.00092, 0.980; fp16 2.8050. The CPU reference of the same build: @2 +0.1177, KL 0.1335,
+# 0.848; @4 +0.0012, KL 0.0009, 0.987. oscar-omni: refused (its kernels take head_dim 128 only in that build).
+# Real op: smollm2-hd64 cov INT2 max rel err 1.4e-3 / 1.5e-3 / 2.1e-3 / 9.2e-4 (layers 3/12/20/25), INT4 1.4e-3 / 1.2e-3 / 9.5e-4 / 9.3e-4.
+# The binaries have the build tree's data folder compiled in (BUILD_ROOT, default /work/main): where that
+# path does not exist it is linked to this checkout.
+set -euo pipefail
+root=${OSCAR_ROOT:-$PWD}
+stash=${STASH:-/tmp/smollm2}
+gguf_name=SmolLM2-135M-Instruct.Q4_1.gguf
+die() { echo "smollm2_gpu: error: $*" >&2; exit 1; }
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+gguf_sha() {  # the sha256 that data/fetch_smollm2.sh checks
+  local s; s=$(sed -n 's/^gguf_sha=\([0-9a-f]\{64\}\)$/\1/p' "$root/data/fetch_smollm2.sh")
+  [ -n "$s" ] || die "$root/data/fetch_smollm2.sh: no gguf_sha= line; run from the repository root"
+  echo "$s"
+}
+device_env() {
+  [ -x "$stash/dev/bin/oscar-eval" ] || die "$stash/dev: no unpacked binaries; stash the folder holding dev.tar.xz first"
+  export PATH=/usr/local/cuda/bin:$PATH LD_LIBRARY_PATH="$stash/dev/lib:${LD_LIBRARY_PATH:-}"
+  local b=${BUILD_ROOT:-/work/main}
+  [ -e "$b" ] || { mkdir -p "$(dirname "$b")" && ln -sfn "$root" "$b"; }
+}
+
+cmd=${1:-}; shift || true
+case "$cmd" in
+split)
+  [ $# -ge 3 ] || die "usage: smollm2_gpu.sh split PREFIX DEV_TAR DUMP [FIRST PART]"
+  prefix=$1; devtar=$2; dump=$3; first=${4:-5000000}; part=${5:-21400000}
+  model=${MODEL:-$root/data/models/$gguf_name}
+  [ -f "$model" ] || die "$model: no such file; fetch it with data/fetch_smollm2.sh or set MODEL"
+  [ "$(sha "$model")" = "$(gguf_sha)" ] || die "$model: sha256 differs from data/fetch_smollm2.sh's; fetch it again"
+  [ -f "$devtar" ] && [ -f "$dump" ] || die "$devtar or $dump: no such file (pack.sh, make_smollm2_real_dump.sh make them)"
+  tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+  xz -T2 -6 -c "$model" > "$tmp/g.xz"
+  rm -rf "${prefix}"[0-9]*
+  mkdir -p "${prefix}0"
+  head -c "$first" "$tmp/g.xz" > "${prefix}0/gguf.xz.00"
+  (cd "$tmp" && tail -c +$((first + 1)) g.xz | split -b "$part" -d -a 2 --numeric-suffixes=1 - part.)
+  n=1
+  for p in "$tmp"/part.*; do
+    mkdir -p "${prefix}$n"; mv "$p" "${prefix}$n/gguf.xz.$(printf %02d "$n")"; n=$((n + 1))
+  done
+  cp "$devtar" "${prefix}0/dev.tar.xz"
+  xz -6 -c "$dump" > "${prefix}0/smollm2_real.h5.xz"
+  cp "$0" "${prefix}0/smollm2_gpu.sh"
+  printf 'parts %d\nstream_sha256 %s\n' "$n" "$(sha "$tmp/g.xz")" > "${prefix}0/manifest"
+  for ((k = 0; k < n; ++k)); do echo "split: ${prefix}$k $(du -sb "${prefix}$k" | cut -f1) bytes"; done
+  echo "split: $n folders; carry one per call, in order (see the header)"
+  ;;
+stash)
+  [ $# -ge 1 ] && [ -d "$1" ] || die "usage: smollm2_gpu.sh stash DIR (a carried folder)"
+  mkdir -p "$stash"
+  cp "$1"/* "$stash"/
+  if [ -f "$1/dev.tar.xz" ]; then tar -C "$stash" -xJf "$stash/dev.tar.xz" && rm "$stash/dev.tar.xz"; fi
+  if [ -f "$stash/smollm2_real.h5.xz" ]; then xz -d -f "$stash/smollm2_real.h5.xz"; fi
+  echo "stash: $(ls "$stash"/gguf.xz.* 2>/dev/null | wc -l) part(s) in $stash: $(cd "$stash" && ls gguf.xz.* 2>/dev/null | tr '\n' ' ')"
+  ;;
+real)
+  [ $# -ge 1 ] || die "usage: smollm2_gpu.sh real OUT"
+  out=$1; mkdir -p "$out"; device_env
+  nvidia-smi -L || true
+  rc=0
+  timeout 300 "$stash/dev/bin/gpu_test_ops" -o real --real-dump "$stash/smollm2_real.h5" > "$out/real.log" 2>&1 || rc=$?
+  cat "$out/real.log"
+  echo "real: rc=$rc"
+  [ "$rc" = 0 ]
+  ;;
+eval)
+  [ $# -ge 1 ] || die "usage: smollm2_gpu.sh eval OUT"
+  out=$1; mkdir -p "$out"; device_env
+  [ -f "$stash/manifest" ] || die "$stash/manifest: missing; stash the first folder (PREFIX0) first"
+  want=$(awk '$1 == "parts" {print $2}' "$stash/manifest"); have=$(ls "$stash"/gguf.xz.* | wc -l)
+  [ "$have" = "$want" ] || die "$stash: $have of $want parts; stash the missing folders (same warm machine) first"
+  cat "$stash"/gguf.xz.* > "$stash/g.xz"
+  [ "$(sha "$stash/g.xz")" = "$(awk '$1 == "stream_sha256" {print $2}' "$stash/manifest")" ] || die "$stash/g.xz: joined parts differ from the split stream"
+  xz -d -c "$stash/g.xz" > "$stash/$gguf_name"
+  [ "$(sha "$stash/$gguf_name")" = "$(gguf_sha)" ] || die "$stash/$gguf_name: sha256 differs from data/fetch_smollm2.sh's"
+  echo "eval: $stash/$gguf_name sha256 ok ($(stat -c %s "$stash/$gguf_name") bytes)"
+  common=(--model "$stash/$gguf_name" --text "$root/data/text/kjv.txt.gz" --offset -404 --calib-offset 0
+          --tokens 1024 --calib-tokens 1024)
+  rc=0
+  timeout 420 "$stash/dev/bin/oscar-eval" --quiet --gpu "${common[@]}" --recipes fp16,oscar-cov --bits 2,4 --out "$out/eval_gpu" \
+    > "$out/eval_gpu.log" 2>&1 || rc=$?
+  cat "$out/eval_gpu.log"  # the tables (eval.md, eval.csv in OUT/eval_gpu)
+  echo "eval: fp16,oscar-cov rc=$rc"
+  orc=0
+  timeout 300 "$stash/dev/bin/oscar-eval" --quiet --gpu "${common[@]}" --recipes oscar-omni --bits 2,4 --out "$out/eval_omni" \
+    > "$out/eval_omni.log" 2>&1 || orc=$?
+  cat "$out/eval_omni.log"
+  echo "eval: oscar-omni rc=$orc"
+  [ "$rc" = 0 ]
+  ;;
+*) die "usage: smollm2_gpu.sh split|stash|real|eval ... (see the header)" ;;
+esac
