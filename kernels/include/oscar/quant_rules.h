@@ -74,6 +74,34 @@ OSCAR_HD uint8_t quantize_value(float x, GroupParams p, int bits, bool symmetric
   return static_cast<uint8_t>(q);
 }
 
+// The kernels' fast path for asymmetric groups: (x - zero) / scale through the group's reciprocal r = 1 / scale
+// (one IEEE division per group) and one fma correction: q0 = d r, e = d - q0 scale (exact by fma), q = q0 + e r.
+// For a correctly rounded r and q0 within one ulp this is the correctly rounded quotient (Markstein) barring
+// underflow (a zero quotient may come out +0 where the division gives -0: the same code); test_quant_recip checks
+// it equal to the IEEE division for every positive fp16 scale against random
+// numerators over the whole range the kernels see, and quantize_value_recip equal to quantize_value.
+OSCAR_HD float div_by_recip(float d, float s, float r) {
+#if defined(__CUDA_ARCH__)
+  const float q0 = __fmul_rn(d, r);
+  return __fmaf_rn(__fmaf_rn(-q0, s, d), r, q0);
+#else
+  const float q0 = d * r;
+  return std::fma(std::fma(-q0, s, d), r, q0);
+#endif
+}
+// quantize_value for an asymmetric group whose reciprocal r = 1 / p.scale is given (p.scale > 0 or the
+// group is constant); equal to quantize_value(x, p, bits, false, r) wherever div_by_recip equals the division.
+OSCAR_HD uint8_t quantize_value_recip(float x, GroupParams p, float r, int bits, Rounding rounding) {
+  if (!(p.scale > 0.0f)) return 0;
+#if defined(__CUDA_ARCH__)
+  float q = round_value(div_by_recip(__fsub_rn(x, p.zero), p.scale, r), rounding);
+#else
+  float q = round_value(div_by_recip(x - p.zero, p.scale, r), rounding);
+#endif
+  q = fminf(fmaxf(q, 0.0f), static_cast<float>(max_code(bits)));
+  return static_cast<uint8_t>(q);
+}
+
 OSCAR_HD float dequantize_value(uint8_t code, GroupParams p, int bits, bool symmetric) {
   if (symmetric) return static_cast<float>(static_cast<int>(code) - (1 << (bits - 1))) * p.scale;
   return static_cast<float>(code) * p.scale + p.zero;
