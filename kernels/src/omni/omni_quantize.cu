@@ -43,14 +43,23 @@ __device__ void quantize_block32(const OmniView& c, int b, int64_t t0, SrcK src_
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // 1. Token norms over all KV heads in omnifmt::omni_token_norm's order: piece j (4 channels) of the
   //    token's H * HD keys, head-major, goes to lane j % 32, which adds its squares in increasing j; then
-  //    the xor butterfly. One warp per token.
+  //    the xor butterfly. One warp per token. HD >= 128: lane l takes pieces l, l + 32, .. of every head;
+  //    HD = 64: piece l % 16 of every other head (h * 16 % 32 = l - l % 16).
+  auto add_squares = [&](const uint16_t* krow, int q, double& acc) {
+    float x[4];
+    bf16x4_to_float(reinterpret_cast<const uint2*>(krow)[q], x);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc = __dadd_rn(acc, __dmul_rn(x[e], x[e]));
+  };
   for (int i = warp; i < kKeyBlock; i += kQThreads / 32) {
     double acc = 0.0;
-    for (int j = lane; j < c.Hkv * CPR; j += 32) {
-      float x[4];
-      bf16x4_to_float(reinterpret_cast<const uint2*>(src_k(j / CPR, i))[j % CPR], x);
+    for (int h = 0; h < c.Hkv; ++h) {
+      if constexpr (CPR >= 32) {
 #pragma unroll
-      for (int q = 0; q < 4; ++q) acc = __dadd_rn(acc, __dmul_rn(x[q], x[q]));
+        for (int k = 0; k < CPR / 32; ++k) add_squares(src_k(h, i), lane + 32 * k, acc);
+      } else {
+        if ((h * CPR) % 32 == lane - lane % CPR) add_squares(src_k(h, i), lane % CPR, acc);
+      }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, o));
@@ -62,7 +71,7 @@ __device__ void quantize_block32(const OmniView& c, int b, int64_t t0, SrcK src_
   }
   __syncthreads();
   // 2. Keys: per channel over the 32 tokens of y = k / n. Thread = (channel ch, token part hf of TT tokens).
-  const int ch = tid % HD, hf = tid / HD;
+  const int ch = tid & (HD - 1), hf = tid / HD;
   for (int h = 0; h < c.Hkv; ++h) {
     const int64_t bh = static_cast<int64_t>(b) * c.Hkv + h;
     float y[TT];
@@ -104,32 +113,36 @@ __device__ void quantize_block32(const OmniView& c, int b, int64_t t0, SrcK src_
     }
     __syncthreads();  // sm.codes / mn / mx reused by the next head
   }
-  // 3. Values: per token, groups of 32 channels = 8 consecutive lanes x 4 channels. Thread = (row, piece
-  //    q of 4 channels); rows * CPR is a multiple of 256, so every warp runs the same iterations and the
-  //    8 lanes of a group (lane % 8 = q % 8) hold one group of one row.
-  for (int idx = tid; idx < kKeyBlock * c.Hkv * CPR; idx += kQThreads) {
-    const int r = idx / CPR, q = idx % CPR;
-    const int h = r / kKeyBlock, i = r % kKeyBlock;
-    const int64_t bh = static_cast<int64_t>(b) * c.Hkv + h;
-    float x[4];
-    bf16x4_to_float(reinterpret_cast<const uint2*>(src_v(h, i))[q], x);
-    float mn = fminf(fminf(x[0], x[1]), fminf(x[2], x[3])), mx = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+  // 3. Values: per token, groups of 32 channels = 8 consecutive lanes x 4 channels (piece q of a row). A
+  //    warp step takes RPW rows (HD 64: two, lanes 0-15 and 16-31) and each lane PPL pieces of its row
+  //    (HD 256: q = lane, lane + 32); the rows (32 H) are a multiple of the 8 RPW a block step takes, so
+  //    every warp runs the same iterations.
+  constexpr int RPW = CPR >= 32 ? 1 : 32 / CPR, PPL = CPR >= 32 ? CPR / 32 : 1;
+  for (int r0 = warp * RPW; r0 < kKeyBlock * c.Hkv; r0 += (kQThreads / 32) * RPW)
 #pragma unroll
-    for (int o = 1; o < 8; o <<= 1) {
-      mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    for (int k = 0; k < PPL; ++k) {
+      const int r = RPW > 1 ? r0 + lane / CPR : r0, q = RPW > 1 ? lane % CPR : lane + 32 * k;
+      const int h = r / kKeyBlock, i = r % kKeyBlock;
+      const int64_t bh = static_cast<int64_t>(b) * c.Hkv + h;
+      float x[4];
+      bf16x4_to_float(reinterpret_cast<const uint2*>(src_v(h, i))[q], x);
+      float mn = fminf(fminf(x[0], x[1]), fminf(x[2], x[3])), mx = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1) {
+        mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      }
+      const GroupParams p = group_params(mn, mx, BITS, false, 1.0f, ScaleDtype::F16);
+      uint32_t bits = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) bits |= static_cast<uint32_t>(quantize_value(x[j], p, BITS, false, Rounding::HalfEven)) << (BITS * j);
+      uint8_t* row = c.vc + (bh * c.cap + t0 + i) * CB;
+      if constexpr (BITS == 2) row[q] = static_cast<uint8_t>(bits);
+      else reinterpret_cast<uint16_t*>(row)[q] = static_cast<uint16_t>(bits);
+      if ((q & 7) == 0)
+        c.vp[(bh * c.cap + t0 + i) * (HD / kValueGroup) + q / 8] =
+            static_cast<uint32_t>(float_to_half_bits(p.scale)) | (static_cast<uint32_t>(float_to_half_bits(p.zero)) << 16);
     }
-    const GroupParams p = group_params(mn, mx, BITS, false, 1.0f, ScaleDtype::F16);
-    uint32_t bits = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) bits |= static_cast<uint32_t>(quantize_value(x[j], p, BITS, false, Rounding::HalfEven)) << (BITS * j);
-    uint8_t* row = c.vc + (bh * c.cap + t0 + i) * CB;
-    if constexpr (BITS == 2) row[q] = static_cast<uint8_t>(bits);
-    else reinterpret_cast<uint16_t*>(row)[q] = static_cast<uint16_t>(bits);
-    if ((q & 7) == 0)
-      c.vp[(bh * c.cap + t0 + i) * (HD / kValueGroup) + q / 8] =
-          static_cast<uint32_t>(float_to_half_bits(p.scale)) | (static_cast<uint32_t>(float_to_half_bits(p.zero)) << 16);
-  }
 }
 
 // Prefill: block (b, 32-token block blk): quantized when inside the body, else copied to the residual.
