@@ -123,7 +123,12 @@ TEST_CASE("oscar-omni C API rejects bad input with a message", "[kv_api]") {
   bad.head_dim = 96;
   CHECK(oscar_omni_append(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
   CHECK(says(err, "head_dim=96"));
+  CHECK(says(err, "compiled: head_dim 64, 128 or 256"));
   CHECK(oscar_omni_shape_supported(96, 2) == 0);
+  CHECK(oscar_omni_shape_supported(64, 2) == 1);
+  CHECK(oscar_omni_shape_supported(128, 4) == 1);
+  CHECK(oscar_omni_shape_supported(256, 4) == 1);
+  CHECK(oscar_omni_shape_supported(256, 3) == 0);
   bad = c;
   bad.body_capacity = 1000;
   CHECK(oscar_omni_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);

@@ -20,13 +20,15 @@ struct Tiles {
   static_assert(HD == 64 || HD == 128 || HD == 256, "head_dim 64, 128 or 256");
   static constexpr int MT = HD / 16;   // PV m-tiles = QK k-steps
   static constexpr int CPT = HD / 8;   // output channels per lane row g
+  static constexpr int NEX = HD / 32 > 4 ? HD / 32 : 4;  // WarpState::ex rows: 4, or one per 32-channel group (oscar-omni, HD 256)
 };
 
 template <int HD>
 struct WarpState {
   float acc[Tiles<HD>::MT][4];  // [m-tile][c0..c3]: (row g, q 2t), (row g, q 2t+1), (row g+8, q 2t), (row g+8, q 2t+1)
   float m[2], l[2];
-  float ex[4][2];  // per-format sums rescaled with the state (oscar-cov: zero-point sum, P' sum; oscar-omni: zero-point sums per 32-channel group)
+  float ex[Tiles<HD>::NEX][2];  // per-format sums rescaled with the state (oscar-cov: zero-point sum, P' sum; oscar-omni: zero-point
+                                // sums per 32-channel group); rows a kernel never reads are dead code
   float off[2];    // oscar-omni: the mid-code offset taken out of acc chunk by chunk
 };
 
@@ -41,7 +43,7 @@ __device__ __forceinline__ void state_init(WarpState<HD>& st) {
     st.m[j] = -INFINITY;
     st.l[j] = 0.f;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) st.ex[e][j] = 0.f;
+    for (int e = 0; e < Tiles<HD>::NEX; ++e) st.ex[e][j] = 0.f;
     st.off[j] = 0.f;
   }
 }
@@ -63,7 +65,7 @@ __device__ __forceinline__ void softmax_step(WarpState<HD>& st, float (&s)[SUB][
     st.m[j] = mnew;
     st.l[j] *= alpha;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) st.ex[e][j] *= alpha;
+    for (int e = 0; e < Tiles<HD>::NEX; ++e) st.ex[e][j] *= alpha;
     st.off[j] *= alpha;
 #pragma unroll
     for (int mt = 0; mt < Tiles<HD>::MT; ++mt) { st.acc[mt][j] *= alpha; st.acc[mt][2 + j] *= alpha; }
