@@ -3,7 +3,8 @@
 # and SmolLM2-135M-Instruct (data/fetch_smollm2.sh) on a CPU-only machine: the TNI and attention-sink tables of
 # SmolLM2 (main.sh), the dumps and every shipped sweep (run_sweeps.sh; SmolLM2's included), the end-to-end
 # evaluation (run_eval.sh); then splices the new tables into README between its <!-- BEGIN name --> /
-# <!-- END name --> markers. README changes only if every step succeeded.
+# <!-- END name --> markers. README changes only if every step succeeded. It also runs the covariance-scope ablation
+# (per-layer vs per-KV-head OSCAR rotations) into results/sweep/covariance-scope and results/eval/*-scope.
 # --quick: reduced evaluation (the CI test): SmolLM2's TNI on 512 tokens, no SmolLM2 sweep (its README section
 # is kept), and where the GGUF is absent no SmolLM2 at all (its sections kept); OSCAR_RESULTS=DIR writes
 # results under DIR; --build DIR (or OSCAR_BUILD=DIR) takes every tool from the build folder DIR (default:
@@ -43,6 +44,19 @@ fi
 [ -x "$build/apps/oscar-sweep" ] || { echo "regenerate: build first (bash .ci/setup $build)" >&2; exit 1; }
 experiments/run_sweeps.sh "$build" "$res/sweep"
 QUICK=$quick experiments/run_eval.sh "$build"
+# Ablation (issue 14): covariance rotations per layer (oscar-cov) against per KV head (oscar-cov-head), at 2 and 4 bits on
+# SmolLM2 and kjv-llama-hd128: the sweep (experiments/ablations/covariance-scope.yaml) into $res/sweep/covariance-scope,
+# oscar-eval (CPU, held-out Revelation, rotations calibrated on Genesis) into $res/eval/{smollm2,kjv-hd128}-scope; README's
+# paragraph under the SmolLM2 findings quotes them by hand. Not in --quick mode (it needs the SmolLM2 dumps).
+if [ "$quick" = 0 ]; then
+  sstart=$(date +%s)
+  "$build/apps/oscar-sweep" experiments/ablations/covariance-scope.yaml --quiet --output "$res/sweep/covariance-scope" >/dev/null
+  scope=(--text data/text/kjv.txt.gz --offset -404 --calib-offset 0 --recipes fp16,oscar-cov,oscar-cov-head --bits 2,4)
+  "$build/apps/oscar-eval" --quiet --model "$gguf" "${scope[@]}" --tokens 1024 --calib-tokens 1024 --out "$res/eval/smollm2-scope" >/dev/null
+  "$build/apps/oscar-eval" --quiet --model data/kjv-llama-hd128/kjv-llama-hd128.f16 --tokenizer data/stories260K/tok512.bin "${scope[@]}" \
+    --tokens 2048 --calib-tokens 2048 --out "$res/eval/kjv-hd128-scope" >/dev/null
+  echo "covariance scope ablation: $(( $(date +%s) - sstart )) s ($res/sweep/covariance-scope, $res/eval/{smollm2,kjv-hd128}-scope)"
+fi
 mode=""; if [ "$quick" = 1 ]; then mode=", quick mode"; fi
 gpu_stamp=""
 if nvidia-smi -L >/dev/null 2>&1 && [ -x "$build/apps/oscar-bench" ] && [ -x "$build/apps/oscar-eval" ]; then

@@ -90,10 +90,10 @@ int gpu_test_eval_host() {
   // Rotations fitted on Genesis, as oscar-eval does: the model's activations in memory.
   const Passage genesis = select_passage(test::kjv_text(), lines, 0, 1024, tok);
   const CovarianceRotations calib =
-      fit_covariance_rotations(ModelLayerSource(m, passage_origin(genesis, lines, ck, tok, "Genesis"), "Genesis", {"q", "k", "v"}), false);
+      fit_covariance_rotations(ModelLayerSource(m, passage_origin(genesis, lines, ck, tok, "Genesis"), "Genesis", {"q", "k", "v"}), false, true);
 
-  // (1) CPU reference cache vs the kernels, token by token.
-  for (const char* preset : {"oscar-cov", "oscar-omni"})
+  // (1) CPU reference cache vs the kernels, token by token (oscar-cov-head: one host-side rotation per KV head).
+  for (const char* preset : {"oscar-cov", "oscar-cov-head", "oscar-omni"})
   for (int bits : {2, 4}) {
     const Recipe r = resolve_recipe(load_preset(preset).recipe, bits, ck.config.head_dim());
     EXPECT(gpu_unsupported_reason(r, ck.config).empty(), "%s@%d should run on the GPU", preset, bits);

@@ -26,17 +26,20 @@ const char* const kOrders[] = {"U", "UP", "UPH", "UHP", "HUP"};
 using MapRMf = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>;
 
 std::string layer_group(int l) { return fmt::format("layer_{:03d}", l); }
+std::string head_group(int h) { return fmt::format("kv_head_{:03d}", h); }
 
 Eigen::MatrixXd head_matrix(const HeadTensor& t, int h) {
   return MapRMf(t.head(h), t.tokens, t.head_dim).cast<double>();
 }
 
 // ---- covariances of one layer ----
-Eigen::MatrixXd key_covariance(const LayerDump& L, int n_kv, int group) {
+// Over the KV heads [h0, h1): the layer's when [0, n_kv), one KV head's when [h, h + 1). One code path for both, so
+// a layer of one KV head gets the same bits from either scope.
+Eigen::MatrixXd key_covariance(const LayerDump& L, int h0, int h1, int group) {
   const int d = L.q.head_dim;
   const double n = static_cast<double>(group) * L.q.tokens;
   Eigen::MatrixXd C = Eigen::MatrixXd::Zero(d, d);
-  for (int h = 0; h < n_kv; ++h) {
+  for (int h = h0; h < h1; ++h) {
     Eigen::MatrixXd Ch = Eigen::MatrixXd::Zero(d, d);
     for (int g = 0; g < group; ++g) {
       const Eigen::MatrixXd Q = head_matrix(L.q, h * group + g);
@@ -44,16 +47,16 @@ Eigen::MatrixXd key_covariance(const LayerDump& L, int n_kv, int group) {
     }
     C += Ch / n;
   }
-  C /= n_kv;
+  C /= (h1 - h0);
   return 0.5 * (C + C.transpose());
 }
 
 // The weights k C_K k^T are normalized by their mean, so the layer's logit scaling (dump v2's `scaling`) cancels:
 // they are a score proxy, not attention probabilities, and need no window, soft-cap or sinks.
-Eigen::MatrixXd value_covariance(const LayerDump& L, const Eigen::MatrixXd& CK, int n_kv, const std::string& path) {
+Eigen::MatrixXd value_covariance(const LayerDump& L, const Eigen::MatrixXd& CK, int h0, int h1, const std::string& path) {
   const int d = L.v.head_dim, T = L.v.tokens;
   Eigen::MatrixXd C = Eigen::MatrixXd::Zero(d, d);
-  for (int h = 0; h < n_kv; ++h) {
+  for (int h = h0; h < h1; ++h) {
     const Eigen::MatrixXd K = head_matrix(L.k, h), V = head_matrix(L.v, h);
     Eigen::VectorXd w = (K * CK).cwiseProduct(K).rowwise().sum();
     const double mean = w.mean();
@@ -64,8 +67,17 @@ Eigen::MatrixXd value_covariance(const LayerDump& L, const Eigen::MatrixXd& CK, 
     w /= mean;
     C.noalias() += (V.array().colwise() * w.array()).matrix().transpose() * V / static_cast<double>(T);
   }
-  C /= n_kv;
+  C /= (h1 - h0);
   return 0.5 * (C + C.transpose());
+}
+
+CovarianceFit fit_of(const Eigen::MatrixXd& CK, const Eigen::MatrixXd& CV) {
+  CovarianceFit f;
+  f.key_cov = CK;
+  f.value_cov = CV;
+  eigen_descending(CK, f.key_eigenvalues, f.key_eigenvectors);
+  eigen_descending(CV, f.value_eigenvalues, f.value_eigenvectors);
+  return f;
 }
 
 // ---- HDF5 helpers ----
@@ -120,6 +132,14 @@ struct Reader : h5::AttrReader {
   }
 };
 
+void check_fit(const CovarianceFit& f, int d, const std::string& path, int l, int h) {
+  for (const Eigen::MatrixXd* m : {&f.key_cov, &f.value_cov, &f.key_eigenvectors, &f.value_eigenvectors})
+    if (m->rows() != d || m->cols() != d)
+      fail("internal: saving {}: layer {} KV head {} holds a {}x{} matrix, head_dim {}", path, l, h, m->rows(), m->cols(), d);
+  if (f.key_eigenvalues.size() != d || f.value_eigenvalues.size() != d)
+    fail("internal: saving {}: layer {} KV head {} eigenvalue vectors are not of length head_dim {}", path, l, h, d);
+}
+
 void check_consistent(const CovarianceRotations& c, const std::string& path) {
   const size_t L = static_cast<size_t>(c.n_layers);
   if (c.n_layers <= 0 || c.head_dim <= 0)
@@ -133,6 +153,15 @@ void check_consistent(const CovarianceRotations& c, const std::string& path) {
       if (m->rows() != d || m->cols() != d) fail("internal: saving {}: layer {} holds a {}x{} matrix, head_dim {}", path, l, m->rows(), m->cols(), d);
     if (c.key_eigenvalues[l].size() != d || c.value_eigenvalues[l].size() != d)
       fail("internal: saving {}: layer {} eigenvalue vectors are not of length head_dim {}", path, l, d);
+  }
+  if (!c.per_kv_head()) return;
+  if (c.heads.size() != L || c.n_kv_heads <= 0)
+    fail("internal: saving {}: per-KV-head fits for {} layers of n_layers={}, n_kv_heads={}", path, c.heads.size(), c.n_layers,
+         c.n_kv_heads);
+  for (size_t l = 0; l < L; ++l) {
+    if (c.heads[l].size() != static_cast<size_t>(c.n_kv_heads))
+      fail("internal: saving {}: layer {} holds {} per-KV-head fits, n_kv_heads={}", path, l, c.heads[l].size(), c.n_kv_heads);
+    for (int h = 0; h < c.n_kv_heads; ++h) check_fit(c.heads[l][h], d, path, static_cast<int>(l), h);
   }
 }
 
@@ -156,7 +185,7 @@ void eigen_descending(const Eigen::MatrixXd& C, Eigen::VectorXd& values, Eigen::
   }
 }
 
-CovarianceRotations fit_covariance_rotations(const LayerSource& calibration, bool progress) {
+CovarianceRotations fit_covariance_rotations(const LayerSource& calibration, bool progress, bool per_kv_head) {
   const DumpInfo& I = calibration.info();
   const std::string& where = calibration.origin().where;
   if (I.n_kv_heads <= 0 || I.n_heads % I.n_kv_heads != 0)
@@ -168,22 +197,27 @@ CovarianceRotations fit_covariance_rotations(const LayerSource& calibration, boo
   c.checkpoint_sha256 = I.checkpoint_sha256;
   c.n_layers = I.n_layers;
   c.head_dim = I.head_dim;
+  c.n_kv_heads = I.n_kv_heads;
   c.calibration = calibration.origin();
-  Progress bar("fitting covariance rotations", I.n_layers, progress);
+  Progress bar(per_kv_head ? "fitting covariance rotations (per layer and per KV head)" : "fitting covariance rotations",
+               I.n_layers, progress);
   for (int l = 0; l < I.n_layers; ++l) {
     const LayerDump L = calibration.layer(l, {"q", "k", "v"});
-    const Eigen::MatrixXd CK = key_covariance(L, I.n_kv_heads, group);
-    const Eigen::MatrixXd CV = value_covariance(L, CK, I.n_kv_heads, where);
-    Eigen::VectorXd kval, vval;
-    Eigen::MatrixXd kvec, vvec;
-    eigen_descending(CK, kval, kvec);
-    eigen_descending(CV, vval, vvec);
-    c.key_cov.push_back(CK);
-    c.value_cov.push_back(CV);
-    c.key_eigenvalues.push_back(kval);
-    c.value_eigenvalues.push_back(vval);
-    c.key_eigenvectors.push_back(kvec);
-    c.value_eigenvectors.push_back(vvec);
+    const Eigen::MatrixXd CK = key_covariance(L, 0, I.n_kv_heads, group);
+    CovarianceFit f = fit_of(CK, value_covariance(L, CK, 0, I.n_kv_heads, where));
+    c.key_cov.push_back(std::move(f.key_cov));
+    c.value_cov.push_back(std::move(f.value_cov));
+    c.key_eigenvalues.push_back(std::move(f.key_eigenvalues));
+    c.value_eigenvalues.push_back(std::move(f.value_eigenvalues));
+    c.key_eigenvectors.push_back(std::move(f.key_eigenvectors));
+    c.value_eigenvectors.push_back(std::move(f.value_eigenvectors));
+    if (per_kv_head) {
+      std::vector<CovarianceFit>& heads = c.heads.emplace_back();
+      for (int h = 0; h < I.n_kv_heads; ++h) {
+        const Eigen::MatrixXd CKh = key_covariance(L, h, h + 1, group);
+        heads.push_back(fit_of(CKh, value_covariance(L, CKh, h, h + 1, where)));
+      }
+    }
     bar.advance();
   }
   bar.done();
@@ -225,6 +259,8 @@ void save_covariance_rotations(const CovarianceRotations& c, const std::string& 
     h5::put_str(f, "calibration_path", c.calibration_path);
     h5::put_i64(f, "n_layers", c.n_layers);
     h5::put_i64(f, "head_dim", c.head_dim);
+    if (c.n_kv_heads > 0) h5::put_i64(f, "n_kv_heads", c.n_kv_heads);
+    h5::put_i64(f, "per_kv_head", c.per_kv_head() ? 1 : 0);
     if (!c.calibration.text_sha256.empty()) {
       h5::put_str(f, "calibration_text_sha256", c.calibration.text_sha256);
       h5::put_i64(f, "calibration_first_line", c.calibration.first_line);
@@ -243,6 +279,18 @@ void save_covariance_rotations(const CovarianceRotations& c, const std::string& 
       put_vector(*g, ds, "value_eigenvalues", c.value_eigenvalues[l]);
       put_matrix(*g, ds, "key_eigenvectors", c.key_eigenvectors[l]);
       put_matrix(*g, ds, "value_eigenvectors", c.value_eigenvectors[l]);
+      if (c.per_kv_head())
+        for (int h = 0; h < c.n_kv_heads; ++h) {
+          const CovarianceFit& hf = c.heads[l][h];
+          H5::Group hg = g->createGroup(head_group(h));
+          put_matrix(hg, ds, "key_cov", hf.key_cov);
+          put_matrix(hg, ds, "value_cov", hf.value_cov);
+          put_vector(hg, ds, "key_eigenvalues", hf.key_eigenvalues);
+          put_vector(hg, ds, "value_eigenvalues", hf.value_eigenvalues);
+          put_matrix(hg, ds, "key_eigenvectors", hf.key_eigenvectors);
+          put_matrix(hg, ds, "value_eigenvectors", hf.value_eigenvectors);
+          hg.close();
+        }
       g->close();
     }
   } catch (const H5::Exception& e) {
@@ -278,6 +326,20 @@ CovarianceRotations load_covariance_rotations(const std::string& path) {
       fail("{}: attributes n_layers={} head_dim={} are out of range", path, L, d);
     c.n_layers = static_cast<int>(L);
     c.head_dim = static_cast<int>(d);
+    // Optional (files written before per-KV-head fits lack both): the KV head count and whether they are stored.
+    if (f.attrExists("n_kv_heads")) {
+      const long long n = R.i64("n_kv_heads");
+      if (n <= 0 || n > 65536) fail("{}: attribute n_kv_heads={} is out of range; the file is corrupt: re-run the calibration", path, n);
+      c.n_kv_heads = static_cast<int>(n);
+    }
+    bool per_head = false;
+    if (f.attrExists("per_kv_head")) {
+      const long long p = R.i64("per_kv_head");
+      if (p != 0 && p != 1) fail("{}: attribute per_kv_head={} must be 0 or 1; the file is corrupt: re-run the calibration", path, p);
+      per_head = p == 1;
+      if (per_head && c.n_kv_heads == 0)
+        fail("{}: attribute per_kv_head=1 but n_kv_heads is missing; the file is corrupt: re-run the calibration", path);
+    }
     // The calibration passage by content (optional: files written before it was recorded lack it).
     c.calibration.where = c.calibration_path;
     c.calibration.checkpoint_sha256 = c.checkpoint_sha256;
@@ -307,6 +369,22 @@ CovarianceRotations load_covariance_rotations(const std::string& path) {
       c.value_eigenvalues.push_back(R.vector(g, gname, "value_eigenvalues", c.head_dim));
       c.key_eigenvectors.push_back(R.matrix(g, gname, "key_eigenvectors", c.head_dim));
       c.value_eigenvectors.push_back(R.matrix(g, gname, "value_eigenvectors", c.head_dim));
+      if (!per_head) continue;
+      std::vector<CovarianceFit>& heads = c.heads.emplace_back();
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        const std::string hname = gname + "/" + head_group(h);
+        if (!g.nameExists(head_group(h)))
+          fail("{}: group /{} is missing (per_kv_head=1, n_kv_heads={}); the rotations file is incomplete: re-run the calibration",
+               path, hname, c.n_kv_heads);
+        const H5::Group hg = g.openGroup(head_group(h));
+        CovarianceFit& hf = heads.emplace_back();
+        hf.key_cov = R.matrix(hg, hname, "key_cov", c.head_dim);
+        hf.value_cov = R.matrix(hg, hname, "value_cov", c.head_dim);
+        hf.key_eigenvalues = R.vector(hg, hname, "key_eigenvalues", c.head_dim);
+        hf.value_eigenvalues = R.vector(hg, hname, "value_eigenvalues", c.head_dim);
+        hf.key_eigenvectors = R.matrix(hg, hname, "key_eigenvectors", c.head_dim);
+        hf.value_eigenvectors = R.matrix(hg, hname, "value_eigenvectors", c.head_dim);
+      }
     }
   } catch (const H5::Exception& e) {
     fail("{}: HDF5 error while reading the rotations file ({}); it is truncated or corrupt: re-run the calibration",
@@ -357,7 +435,8 @@ void check_calibration_source(const DumpInfo& C, const PassageOrigin& o, const D
 }
 
 void check_calibration_matches(const CovarianceRotations& c, const DumpInfo& eval, const PassageOrigin& eval_origin) {
-  check_pair({c.calibration_path, c.checkpoint_sha256, c.model_name, c.n_layers, c.head_dim, -1, -1}, c.calibration,
+  check_pair({c.calibration_path, c.checkpoint_sha256, c.model_name, c.n_layers, c.head_dim, -1, c.n_kv_heads > 0 ? c.n_kv_heads : -1},
+             c.calibration,
              {eval_origin.where, eval.checkpoint_sha256, eval.model_name, eval.n_layers, eval.head_dim, eval.n_heads, eval.n_kv_heads},
              eval_origin);
 }

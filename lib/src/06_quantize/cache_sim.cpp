@@ -10,15 +10,35 @@
 namespace oscar {
 
 LayerRotations layer_rotations(const Recipe& r, int head_dim, int layer, const CovarianceRotations* calib) {
-  LayerRotations out;
-  auto eig = [&](bool key) -> const Eigen::MatrixXd* {
-    if (!calib) return nullptr;
+  const bool per_head = r.covariance_scope == CovarianceScope::KvHead;
+  if (calib && per_head && r.calibrated() && !calib->per_kv_head())
+    fail("recipe {} has covariance_scope: kv-head but the calibration {} holds only per-layer rotations; fit the calibration "
+         "per KV head",
+         r.name, calib->calibration_path);
+  auto build = [&](const RotationSpec& spec, bool key, std::vector<std::unique_ptr<Rotation>>& out) {
+    if (spec.kind != RotationKind::Covariance || !calib) {  // without calib, make_rotation refuses a covariance kind
+      out.push_back(make_rotation(spec, head_dim, nullptr));
+      return;
+    }
     if (layer >= calib->n_layers) fail("calibration {} has {} layers, the dump more", calib->calibration_path, calib->n_layers);
-    return key ? &calib->key_eigenvectors[layer] : &calib->value_eigenvectors[layer];
+    if (!per_head) {
+      out.push_back(make_rotation(spec, head_dim, key ? &calib->key_eigenvectors[layer] : &calib->value_eigenvectors[layer]));
+      return;
+    }
+    for (const CovarianceFit& f : calib->heads[layer])
+      out.push_back(make_rotation(spec, head_dim, key ? &f.key_eigenvectors : &f.value_eigenvectors));
   };
-  out.key = make_rotation(r.key_rotation, head_dim, r.key_rotation.kind == RotationKind::Covariance ? eig(true) : nullptr);
-  out.value = make_rotation(r.value_rotation, head_dim, r.value_rotation.kind == RotationKind::Covariance ? eig(false) : nullptr);
+  LayerRotations out;
+  build(r.key_rotation, true, out.keys);
+  build(r.value_rotation, false, out.values);
   return out;
+}
+
+void LayerRotations::check_heads(int n_kv_heads) const {
+  for (const auto* list : {&keys, &values})
+    if (list->size() != 1 && list->size() != static_cast<size_t>(n_kv_heads))
+      fail("the recipe's per-KV-head rotations cover {} KV heads but the layer has {}; calibrate on the same model", list->size(),
+           n_kv_heads);
 }
 
 namespace {
@@ -68,11 +88,12 @@ SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTe
   out.segments = segments;
   validate_spec(r.key, out.segments.body() > 0 ? out.segments.body() : (r.key.axis == QuantAxis::PerChannel ? r.key.group : 1), d);
   validate_spec(r.value, out.segments.body() > 0 ? out.segments.body() : (r.value.axis == QuantAxis::PerChannel ? r.value.group : 1), d);
+  rot.check_heads(H);
   out.k_hat = k;
   out.v_hat = v;
   for (int h = 0; h < H; ++h) {
-    rot.key->apply(out.k_hat.head(h), T);
-    rot.value->apply(out.v_hat.head(h), T);
+    rot.key(h).apply(out.k_hat.head(h), T);
+    rot.value(h).apply(out.v_hat.head(h), T);
   }
   std::vector<float> norms;
   if (r.omni_token_scaling && r.key.quantized()) {  // per-token norm over all KV heads of the layer
@@ -92,8 +113,8 @@ SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTe
     } catch (const Error& e) {
       fail("KV head {} values: {}", h, e.what());
     }
-    rot.key->apply_inverse(out.k_hat.head(h), T);
-    rot.value->apply_inverse(out.v_hat.head(h), T);
+    rot.key(h).apply_inverse(out.k_hat.head(h), T);
+    rot.value(h).apply_inverse(out.v_hat.head(h), T);
   }
   return out;
 }

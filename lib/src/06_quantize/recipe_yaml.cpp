@@ -152,8 +152,8 @@ void yaml_check_keys(const YAML::Node& n, const std::string& file, const std::st
 
 RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeFile base) {
   check_keys(node, file, "a recipe",
-             {"name", "source", "bits", "key_rotation", "value_rotation", "omni_token_scaling", "norm_dtype", "key", "value",
-              "windows", "preset"});
+             {"name", "source", "bits", "key_rotation", "value_rotation", "covariance_scope", "omni_token_scaling", "norm_dtype",
+              "key", "value", "windows", "preset"});
   RecipeFile out = std::move(base);
   Recipe& r = out.recipe;
   if (node["name"]) r.name = get<std::string>(node["name"], file, "name");
@@ -161,6 +161,15 @@ RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeF
   if (node["bits"]) out.bits = parse_bits_list(node["bits"], file, "bits");
   if (node["key_rotation"]) parse_rotation(node["key_rotation"], file, "key_rotation", r.key_rotation);
   if (node["value_rotation"]) parse_rotation(node["value_rotation"], file, "value_rotation", r.value_rotation);
+  if (node["covariance_scope"]) {
+    const auto sc = get<std::string>(node["covariance_scope"], file, "covariance_scope");
+    if (sc == "layer") r.covariance_scope = CovarianceScope::Layer;
+    else if (sc == "kv-head") r.covariance_scope = CovarianceScope::KvHead;
+    else
+      fail("{}: covariance_scope '{}' unknown; use layer (one rotation per layer, shared by its KV heads) or kv-head (one per "
+           "KV head)",
+           where(node["covariance_scope"], file), sc);
+  }
   if (node["omni_token_scaling"]) r.omni_token_scaling = get<bool>(node["omni_token_scaling"], file, "omni_token_scaling");
   if (node["norm_dtype"]) r.norm_dtype = parse_dtype(node["norm_dtype"], file, "norm_dtype");
   if (node["key"]) {
@@ -182,6 +191,10 @@ RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeF
       fail("{}: window sizes must be >= 0", where(w, file));
   }
   if (r.name.empty()) fail("{}: a recipe needs a name", where(node, file));
+  if (r.covariance_scope == CovarianceScope::KvHead && !r.calibrated())
+    fail("{}: recipe {} has covariance_scope: kv-head but no covariance rotation (key_rotation and value_rotation are not kind: "
+         "covariance); drop covariance_scope or use a covariance rotation",
+         where(node["covariance_scope"] ? node["covariance_scope"] : node, file), r.name);
   if (out.bits.empty()) {  // a recipe that names no widths: the width it fixes, else the usual low-bit range
     if (out.key_bits_fixed) out.bits = {r.key.bits};
     else if (out.value_bits_fixed) out.bits = {r.value.bits};

@@ -186,7 +186,10 @@ GpuKvCache::GpuKvCache(const ModelConfig& c, const Recipe& recipe, const Covaria
   if (recipe.calibrated() && !calib) fail("recipe {} needs calibration rotations (a calibration passage)", recipe.name);
   if (capacity < 1) fail("internal: GpuKvCache capacity {} must be positive", capacity);
   require_cuda_device();
-  for (int l = 0; l < c.n_layers; ++l) rot_.push_back(layer_rotations(recipe, head_dim_, l, calib));
+  for (int l = 0; l < c.n_layers; ++l) {  // rotated on the host, per KV head where the recipe fits them per KV head
+    rot_.push_back(layer_rotations(recipe, head_dim_, l, calib));
+    rot_.back().check_heads(n_kv_);
+  }
 
   Device& d = *dev_;
   const int bits = recipe.key.bits, D = head_dim_;
@@ -241,6 +244,7 @@ bool GpuKvCache::attend(int layer, const MatrixRM& q, MatrixRM& out) {
   auto* lens = reinterpret_cast<int32_t*>(d.host.data() + d.off_len);
   unsigned char* dbase = static_cast<unsigned char*>(d.staging);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int group = n_heads_ / n_kv_;
   // Rotates row segment `src` (D floats) by `r` (inverse when `inverse`) into d.row.
   auto rotate = [&](const float* src, const Rotation& r, bool inverse) {
     std::memcpy(d.row.data(), src, sizeof(float) * D);
@@ -250,13 +254,13 @@ bool GpuKvCache::attend(int layer, const MatrixRM& q, MatrixRM& out) {
     const int L = on_device_[layer], row = first + t;
     if (L + 1 > capacity_) fail("GpuKvCache: token {} is beyond the {} tokens the cache was sized for", L, capacity_);
     for (int h = 0; h < n_kv_; ++h) {
-      rotate(&k_[layer](row, h * D), *rot.key, false);
+      rotate(&k_[layer](row, h * D), rot.key(h), false);
       for (int i = 0; i < D; ++i) kdst[h * D + i] = float_to_bf16_bits(d.row[i]);
-      rotate(&v_[layer](row, h * D), *rot.value, false);
+      rotate(&v_[layer](row, h * D), rot.value(h), false);
       for (int i = 0; i < D; ++i) vdst[h * D + i] = float_to_bf16_bits(d.row[i]);
     }
     for (int h = 0; h < n_heads_; ++h) {
-      rotate(&q(t, h * D), *rot.key, false);
+      rotate(&q(t, h * D), rot.key(h / group), false);  // query head h reads KV head h / group
       for (int i = 0; i < D; ++i) qdst[h * D + i] = float_to_bf16_bits(d.row[i]);
     }
     lens[0] = L;      // append writes token L
@@ -281,7 +285,7 @@ bool GpuKvCache::attend(int layer, const MatrixRM& q, MatrixRM& out) {
     OSCAR_CUDA(cudaMemcpy(d.out_host.data(), d.out, d.out_host.size() * sizeof(float), cudaMemcpyDeviceToHost));
     OSCAR_CUDA(cudaGetLastError());
     for (int h = 0; h < n_heads_; ++h) {
-      rotate(&d.out_host[static_cast<size_t>(h) * D], *rot.value, true);
+      rotate(&d.out_host[static_cast<size_t>(h) * D], rot.value(h / group), true);
       for (int i = 0; i < D; ++i) out(t, h * D + i) = d.row[i];
     }
     on_device_[layer] = L + 1;

@@ -11,7 +11,10 @@ QuantizedKvCache::QuantizedKvCache(const ModelConfig& c, const Recipe& recipe, c
     : KvCache(c), recipe_(recipe), n_kv_(c.n_kv_heads), head_dim_(c.head_dim()), k_hat_(c.n_layers), v_hat_(c.n_layers),
       body_done_(c.n_layers, 0), rounded_(c.n_layers, 0) {
   if (recipe.calibrated() && !calib) fail("recipe {} needs calibration rotations (a calibration passage)", recipe.name);
-  for (int l = 0; l < c.n_layers; ++l) rot_.push_back(layer_rotations(recipe, head_dim_, l, calib));
+  for (int l = 0; l < c.n_layers; ++l) {
+    rot_.push_back(layer_rotations(recipe, head_dim_, l, calib));
+    rot_.back().check_heads(n_kv_);
+  }
 }
 
 namespace {

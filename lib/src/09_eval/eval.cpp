@@ -119,7 +119,7 @@ EvalResult run_eval(const EvalRequest& req) {
     bool gpu;  // attends through the CUDA kernels
   };
   std::vector<Job> jobs;
-  bool need_calib = false;
+  bool need_calib = false, need_per_head = false;
   for (const auto& rf : req.recipes) {
     const bool fp = rf.bits.size() == 1 && rf.bits[0] == 16;
     Recipe spec = rf.recipe;
@@ -138,6 +138,7 @@ EvalResult run_eval(const EvalRequest& req) {
           fail("--gpu: recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu", r.name, why, gpu_supported_text());
       jobs.push_back({std::move(r), b, gpu});
       need_calib = need_calib || jobs.back().r.calibrated();
+      need_per_head = need_per_head || jobs.back().r.calibrated_per_kv_head();
     }
   }
   const std::string ctx_hint = fmt::format(" ({} has seq_len {})", req.model, ctx);
@@ -192,7 +193,7 @@ EvalResult run_eval(const EvalRequest& req) {
   if (need_calib) {
     // The model reads the calibration passage once; its q, k, v stay in memory (no file).
     const ModelLayerSource src(m, cal_origin, cal_origin.where, {"q", "k", "v"}, false);
-    calib = std::make_unique<CovarianceRotations>(fit_covariance_rotations(src, false));
+    calib = std::make_unique<CovarianceRotations>(fit_covariance_rotations(src, false, need_per_head));
   }
   // The cache a job decodes through, sized for a sequence of `n` tokens.
   auto make_cache = [&](const Job& j, size_t n) -> std::unique_ptr<KvCache> {

@@ -215,8 +215,11 @@ SweepResult run_sweep(const SweepConfig& cfg, bool progress) {
     const DumpReader& reader = *readers[di];
     const DumpInfo& I = reader.info();
     const std::vector<Job>& jobs = plans[di];
-    bool need_calib = false;
-    for (const Job& j : jobs) need_calib = need_calib || j.recipe.calibrated();
+    bool need_calib = false, need_per_head = false;
+    for (const Job& j : jobs) {
+      need_calib = need_calib || j.recipe.calibrated();
+      need_per_head = need_per_head || j.recipe.calibrated_per_kv_head();
+    }
     std::unique_ptr<CovarianceRotations> calib;
     if (need_calib) {
       if (sd.calibration.empty())
@@ -225,7 +228,7 @@ SweepResult run_sweep(const SweepConfig& cfg, bool progress) {
       // Same model and other data, by content (checkpoint sha256, token ids), not by file name.
       const DumpLayerSource cal(sd.calibration);
       check_calibration_source(cal, I, dump_origin(reader));
-      calib = std::make_unique<CovarianceRotations>(fit_covariance_rotations(cal, progress));
+      calib = std::make_unique<CovarianceRotations>(fit_covariance_rotations(cal, progress, need_per_head));
     }
     std::vector<std::vector<SweepRow>> per_layer(I.n_layers);
     std::mutex io;

@@ -44,26 +44,41 @@ Eigen::MatrixXd bit_reversal_permutation(int d);
 // `vectors` the matching unit eigenvectors as columns, each signed so its largest-|.| entry is positive.
 void eigen_descending(const Eigen::MatrixXd& C, Eigen::VectorXd& values, Eigen::MatrixXd& vectors);
 
-// OSCAR (arXiv 2605.17757): per-layer covariance-aware rotations fitted on a calibration passage, read
-// layer by layer from a LayerSource (a calibration dump, or the model run over a passage in memory).
-// C_K = mean over KV heads h of Q_h^T Q_h / n (Q_h: post-RoPE queries of the query heads sharing h);
-// C_V = mean over h of V_h^T diag(w) V_h / n, w_t = k_t C_K k_t^T normalized to mean 1.
+// OSCAR (arXiv 2605.17757): covariance-aware rotations fitted on a calibration passage, read layer by layer
+// from a LayerSource (a calibration dump, or the model run over a passage in memory).
+// Per layer (CovarianceScope::Layer, always fitted):
+//   C_K = mean over KV heads h of Q_h^T Q_h / n (Q_h: post-RoPE queries of the query heads sharing h);
+//   C_V = mean over h of V_h^T diag(w) V_h / n, w_t = k_t C_K k_t^T normalized to mean 1.
+// Per KV head (CovarianceScope::KvHead, fitted when asked): the same terms of head h alone, C_K,h = Q_h^T Q_h / n
+// and C_V,h = V_h^T diag(w_h) V_h / n with w_h from C_K,h. With one KV head both scopes give the same bits.
 // U: eigenvectors (columns) by decreasing eigenvalue (SelfAdjointEigenSolver, double). The rotation is
 // the product of the factors named by `order` ("UHP" = U * H * P, "U", "UP", "UPH", "HUP").
+struct CovarianceFit {  // one fit: of a layer, or of one KV head of a layer
+  Eigen::MatrixXd key_cov, value_cov;
+  Eigen::VectorXd key_eigenvalues, value_eigenvalues;  // descending
+  Eigen::MatrixXd key_eigenvectors, value_eigenvectors;
+};
 struct CovarianceRotations {
   std::string calibration_path, model_name, checkpoint_sha256;  // calibration_path: the source's origin().where
   int n_layers = 0, head_dim = 0;
+  int n_kv_heads = 0;  // of the calibration model (0: not known, a file written before it was recorded)
   // What the calibration passage was, by content (token ids; text sha256 and line range when known), so that
   // an evaluation can refuse rotations fitted on its own data. Saved with the rotations.
   PassageOrigin calibration;
   std::vector<Eigen::MatrixXd> key_cov, value_cov;  // per layer
   std::vector<Eigen::VectorXd> key_eigenvalues, value_eigenvalues;  // descending
   std::vector<Eigen::MatrixXd> key_eigenvectors, value_eigenvectors;
+  // Per KV head: heads[layer][kv head], n_layers x n_kv_heads fits; empty unless fitted per KV head.
+  std::vector<std::vector<CovarianceFit>> heads;
+  bool per_kv_head() const { return !heads.empty(); }
 };
-// Reads the calibration one layer at a time (q, k, v); a Progress bar over layers when `progress`.
-CovarianceRotations fit_covariance_rotations(const LayerSource& calibration, bool progress);
+// Reads the calibration one layer at a time (q, k, v); a Progress bar over layers when `progress`. The per-layer
+// fit always; `per_kv_head` adds the fit of every KV head (what a recipe with covariance_scope: kv-head needs).
+CovarianceRotations fit_covariance_rotations(const LayerSource& calibration, bool progress, bool per_kv_head = false);
 Eigen::MatrixXd covariance_rotation_matrix(const Eigen::MatrixXd& eigenvectors, const std::string& order);
-void save_covariance_rotations(const CovarianceRotations& c, const std::string& path);  // HDF5, atomic
+// HDF5, atomic: per layer /layer_NNN/{key_cov, value_cov, key_eigenvalues, ...}; per KV head (attribute
+// per_kv_head = 1) the same datasets in /layer_NNN/kv_head_HHH.
+void save_covariance_rotations(const CovarianceRotations& c, const std::string& path);
 // Validates format, version, attributes and shapes; throws Error naming `path` on any problem.
 CovarianceRotations load_covariance_rotations(const std::string& path);
 

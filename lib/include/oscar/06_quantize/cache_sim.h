@@ -14,11 +14,18 @@
 
 namespace oscar {
 
+// The rotations of one layer: keys[h] / values[h] rotate KV head h (and the query heads sharing it); a list
+// of one rotation (every rotation of a per-layer recipe) is shared by all KV heads.
 struct LayerRotations {
-  std::unique_ptr<Rotation> key, value;
+  std::vector<std::unique_ptr<Rotation>> keys, values;
+  const Rotation& key(int kv_head) const { return *keys[keys.size() == 1 ? 0 : static_cast<size_t>(kv_head)]; }
+  const Rotation& value(int kv_head) const { return *values[values.size() == 1 ? 0 : static_cast<size_t>(kv_head)]; }
+  // Throws Error unless each list holds one rotation or one per KV head of a layer of `n_kv_heads`.
+  void check_heads(int n_kv_heads) const;
 };
 
-// Builds the recipe's rotations for `layer` (covariance rotations from `calib` when the recipe needs them).
+// Builds the recipe's rotations for `layer` (covariance rotations from `calib` when the recipe needs them:
+// the layer's, or with covariance_scope: kv-head one per KV head, which `calib` must hold).
 LayerRotations layer_rotations(const Recipe& r, int head_dim, int layer, const CovarianceRotations* calib);
 
 // K^ and V^ of every KV head, head-major like the input.

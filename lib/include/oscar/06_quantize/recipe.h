@@ -37,6 +37,10 @@ enum class RotationKind { None, Hadamard, RandomizedHadamard, RandomOrthogonal, 
 // The group size of `q` on a model of this head_dim (kGroupHead -> head_dim; other sizes unchanged).
 inline int resolved_group(const TensorQuant& q, int head_dim) { return q.group == kGroupHead ? head_dim : q.group; }
 
+// What a covariance rotation is fitted on: every KV head of a layer together (one rotation per layer, shared
+// by its KV heads: OSCAR's paper), or each KV head alone (its own query group, keys and values).
+enum class CovarianceScope { Layer, KvHead };
+
 struct RotationSpec {
   RotationKind kind = RotationKind::None;
   uint64_t seed = 0;               // randomized Hadamard / random orthogonal
@@ -54,6 +58,7 @@ struct Recipe {
   std::string name;
   std::string source;  // where the settings come from (paper, section)
   RotationSpec key_rotation, value_rotation;
+  CovarianceScope covariance_scope = CovarianceScope::Layer;  // of the covariance rotations (YAML covariance_scope)
   bool omni_token_scaling = false;  // OScaR: keys / per-token norm over all KV heads of the layer
   ScaleDtype norm_dtype = ScaleDtype::F16;
   TensorQuant key, value;
@@ -61,6 +66,8 @@ struct Recipe {
   bool calibrated() const {
     return key_rotation.kind == RotationKind::Covariance || value_rotation.kind == RotationKind::Covariance;
   }
+  // Needs covariance rotations fitted per KV head.
+  bool calibrated_per_kv_head() const { return calibrated() && covariance_scope == CovarianceScope::KvHead; }
 };
 
 }  // namespace oscar

@@ -1,7 +1,8 @@
 // gpu_kv_cache.h: a KvCache whose attention runs on the GPU, through the CUDA decode kernels
 // (kernels/include/oscar_kv.h, formats oscar-cov and oscar-omni) over the kernels' own quantized cache, token by token
 // as a server would. Each new token's K and V are rotated on the host by the recipe's R_K and R_V
-// (layer_rotations, as QuantizedKvCache and cache_sim get them), rounded to bf16 (nearest even) and
+// (layer_rotations, as QuantizedKvCache and cache_sim get them; one per KV head with covariance_scope: kv-head,
+// a query head taking its KV head's R_K and its output that head's R_V), rounded to bf16 (nearest even) and
 // appended with oscar_cov_append (the kernel quantizes the token leaving the recent window into the
 // body); the query is rotated by R_K, oscar_cov_decode attends (softmax scale 1/sqrt(head_dim)), and the
 // output is un-rotated on the host (o = o' R_V^T). Every CUDA call and oscar_status is checked; a
