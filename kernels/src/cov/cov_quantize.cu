@@ -1,6 +1,6 @@
 // cov/cov_quantize.cu: oscar-cov prefill and append (layout oscar/cov_format.h). A token row of head_dim HD
 // is held by HD/8 lanes, 8 channels per lane; clipped token-wise min/max, fp16 (scale, zero), codes by
-// oscar::group_params / quantize_value (bit-exact with the CPU). Sink and recent tokens are copied; append
+// oscar::group_params / quantize_value_recip (bit-exact with the CPU's quantize_value). Sink and recent tokens are copied; append
 // demotes the token leaving the recent ring into the body.
 #include "api_util.h"
 #include "cov/cov_kernels.h"
@@ -36,10 +36,11 @@ __device__ __forceinline__ void quantize_row(const float (&x)[8], float clip, un
   // clip * min and clip * max rounded once each (no FMA), exactly as the CPU computes them.
   const float lo = __fmul_rn(clip, mn), hi = __fmul_rn(clip, mx);
   const GroupParams p = group_params(lo, hi, BITS, false, 1.0f, ScaleDtype::F16);
+  const float r = __frcp_rn(p.scale);  // one division per group; codes through quantize_value_recip (== quantize_value, test_quant_recip)
   uint32_t bits = 0;
 #pragma unroll
   for (int i = 0; i < 8; ++i)
-    bits |= static_cast<uint32_t>(quantize_value(x[i], p, BITS, false, Rounding::HalfEven)) << (BITS * i);
+    bits |= static_cast<uint32_t>(quantize_value_recip(x[i], p, r, BITS, Rounding::HalfEven)) << (BITS * i);
   code_bits = bits;
   params = static_cast<uint32_t>(float_to_half_bits(p.scale)) | (static_cast<uint32_t>(float_to_half_bits(p.zero)) << 16);
 }

@@ -99,8 +99,9 @@ __device__ void quantize_block32(const OmniView& c, int b, int64_t t0, SrcK src_
     if (hf == 0)
       c.kp[(bh * (c.cap / kKeyBlock) + t0 / kKeyBlock) * HD + ch] =
           static_cast<uint32_t>(float_to_half_bits(p.scale)) | (static_cast<uint32_t>(float_to_half_bits(p.zero)) << 16);
+    const float r = __frcp_rn(p.scale);  // quantize_value_recip == quantize_value (test_quant_recip)
 #pragma unroll
-    for (int k = 0; k < TT; ++k) sm.codes[hf * TT + k][ch] = quantize_value(y[k], p, BITS, false, Rounding::HalfEven);
+    for (int k = 0; k < TT; ++k) sm.codes[hf * TT + k][ch] = quantize_value_recip(y[k], p, r, BITS, Rounding::HalfEven);
     __syncthreads();
     // pack: 32 rows x CB bytes as 32-bit words, 16 (INT2) or 8 (INT4) codes per word
     constexpr int WPR = CB / 4, CPW = 32 / BITS;
@@ -134,8 +135,9 @@ __device__ void quantize_block32(const OmniView& c, int b, int64_t t0, SrcK src_
       }
       const GroupParams p = group_params(mn, mx, BITS, false, 1.0f, ScaleDtype::F16);
       uint32_t bits = 0;
+      const float rv = __frcp_rn(p.scale);  // quantize_value_recip == quantize_value (test_quant_recip)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) bits |= static_cast<uint32_t>(quantize_value(x[j], p, BITS, false, Rounding::HalfEven)) << (BITS * j);
+      for (int j = 0; j < 4; ++j) bits |= static_cast<uint32_t>(quantize_value_recip(x[j], p, rv, BITS, Rounding::HalfEven)) << (BITS * j);
       uint8_t* row = c.vc + (bh * c.cap + t0 + i) * CB;
       if constexpr (BITS == 2) row[q] = static_cast<uint8_t>(bits);
       else reinterpret_cast<uint16_t*>(row)[q] = static_cast<uint16_t>(bits);
