@@ -1,4 +1,4 @@
-// cov_twin.h: the CPU twin of the oscar-cov cache kernels (kernels/src/cov_cache.cu), written only with the
+// cov_twin.h: the CPU twin of the oscar-cov cache kernels (kernels/src/cov/), written only with the
 // shared rules (oscar/cov_format.h, oscar/quant_rules.h): the image of every device array (sink and recent
 // windows, codes, fp16 (scale, zero)) after prefill of sequences holding lens[b] tokens of the bf16 K/V
 // rows, sized by covfmt::layout. Contract: a cache's live elements depend only on the token rows and the

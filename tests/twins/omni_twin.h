@@ -1,4 +1,4 @@
-// omni_twin.h: the CPU twin of the oscar-omni cache kernels (kernels/src/omni_cache.cu), written only with
+// omni_twin.h: the CPU twin of the oscar-omni cache kernels (kernels/src/omni/), written only with
 // the shared rules (oscar/omni_format.h, oscar/quant_rules.h): the image of every device array (residual
 // block, codes, key params per channel and 32-token block, value params per token and 32-channel group,
 // per-token key norms) after prefill of sequences holding lens[b] tokens of the bf16 K/V rows, sized by

@@ -1,5 +1,5 @@
 // cov_format.h: THE on-device layout of oscar-kv's quantized KV cache (recipe oscar-cov), and
-// its byte-size formulas. Shared by the CUDA kernels (kernels/src/cov_cache.cu), the C API
+// its byte-size formulas. Shared by the CUDA kernels (kernels/src/cov/), the C API
 // (oscar_kv.h), the benchmarks and the CPU tests; plain C++ with OSCAR_HD functions.
 //
 // Recipe oscar-cov (token-wise asymmetric groups, rotated K and V):
@@ -15,7 +15,7 @@
 //     alone; appending token t = L when t - S >= W first demotes token t - W (ring slot (t - S) % W)
 //     into body index t - W - S, then writes the new token into that slot.
 //   * Body, per token and KV head, for K and V separately: one asymmetric group over all D channels
-//     (D = head_dim = 128 => group 128): codes packed little-endian as in quant_rules.h (2 bits: byte k
+//     (D = head_dim: 64, 128 or 256 compiled => group D): codes packed little-endian as in quant_rules.h (2 bits: byte k
 //     holds channels 4k..4k+3, channel 4k lowest; 4 bits: low nibble = even channel), D*BITS/8 bytes
 //     per token (32 for INT2), followed in a separate array by (scale, zero) as two fp16 (4 bytes).
 //     Codes come from oscar::group_params(clip*min, clip*max, BITS, asymmetric, fp16) and

@@ -1,6 +1,6 @@
 // omni_format.h: THE on-device layout of the oscar-omni (OScaR) quantized KV cache, its byte sizes, and
 // the one rule beyond quant_rules.h that decides its codes: the per-token key norm. Shared by the CUDA
-// kernels (kernels/src/omni_cache.cu), the C API (oscar_kv.h), the CPU reference (lib/src/cache_sim.cpp)
+// kernels (kernels/src/omni/), the C API (oscar_kv.h), the CPU reference (lib/src/cache_sim.cpp)
 // and the tests; plain C++ with OSCAR_HD functions.
 //
 // Recipe oscar-omni (Hadamard rotation, Omni-Token Scaling, KIVI-style groups, residual block):
@@ -17,7 +17,7 @@
 //     n_t * y^. Keys: per channel, asymmetric, over blocks of 32 tokens (one (scale, zero) per channel per
 //     block). Values: per token, asymmetric, groups of 32 channels. Clip 1.0, fp16 scale/zero, round half
 //     to even, codes from oscar::group_params / quantize_value on the BF16 inputs.
-//   * Arrays (device memory, "BH" = batch * kv_heads, (b, h) major; D = head_dim = 128):
+//   * Arrays (device memory, "BH" = batch * kv_heads, (b, h) major; D = head_dim: 64, 128 or 256 compiled):
 //       k_res, v_res   bf16    [BH][128][D]            residual block
 //       k_codes,v_codes uint8  [BH][body_capacity][D*BITS/8]   token rows, packed as in quant_rules.h
 //       k_params       fp16x2  [BH][body_capacity/32][D]       (scale, zero) per key block and channel
