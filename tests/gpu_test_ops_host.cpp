@@ -194,10 +194,11 @@ std::vector<Case> build_table() {
     for (Fmt f : {Fmt::Cov, Fmt::Omni})
       for (int bits : {2, 4}) t.push_back({Op::Long, f, bits, s});
   }
-  // rotated (oscar-cov): head_dim 64, 128, 256 with appends across the recent-window overflow
-  for (int bits : {2, 4})
-    for (const Shape& s : quant)
-      if (s.name == "mix-h3" || s.name == "mix-hd64-h3" || s.name == "stress-hd256-h2") t.push_back({Op::Rotated, Fmt::Cov, bits, s});
+  // rotated: head_dim 64, 128, 256 with appends across the recent-window overflow (cov) and residual flushes (omni)
+  for (Fmt f : {Fmt::Cov, Fmt::Omni})
+    for (int bits : {2, 4})
+      for (const Shape& s : quant)
+        if (s.name == "mix-h3" || s.name == "mix-hd64-h3" || s.name == "stress-hd256-h2") t.push_back({Op::Rotated, f, bits, s});
   for (const Shape& s : real)
     for (Fmt f : {Fmt::Cov, Fmt::Omni})
       for (int bits : {2, 4}) t.push_back({Op::Real, f, bits, s});
@@ -304,6 +305,16 @@ struct CovFmt {
                              oscar_error* e) {
     return oscar_cov_decode(&c, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
   }
+  static oscar_status prefill_rot(const Dev& c, const oscar_rotation* r, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
+    return oscar_cov_prefill_rotated(&c, r, k, v, l, mx, nullptr, e);
+  }
+  static oscar_status append_rot(const Dev& c, const oscar_rotation* r, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
+    return oscar_cov_append_rotated(&c, r, k, v, l, mx, nullptr, e);
+  }
+  static oscar_status decode_rot(const Dev& c, const oscar_rotation* r, const void* q, int hq, const int32_t* l, int32_t mx, float sc, float* out,
+                                 void* ws, size_t wsb, oscar_error* e) {
+    return oscar_cov_decode_rotated(&c, r, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
+  }
   static Twin empty(int B, int H, int D, int bits, int64_t cap) { return cov_twin::empty(B, H, D, bits, cap); }
   static Twin build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std::vector<int>& lens, int bits, int64_t cap) {
     return cov_twin::build(k, v, lens, bits, cap);
@@ -332,6 +343,16 @@ struct OmniFmt {
   static oscar_status decode(const Dev& c, const void* q, int hq, const int32_t* l, int32_t mx, float sc, float* out, void* ws, size_t wsb,
                              oscar_error* e) {
     return oscar_omni_decode(&c, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
+  }
+  static oscar_status prefill_rot(const Dev& c, const oscar_rotation* r, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
+    return oscar_omni_prefill_rotated(&c, r, k, v, l, mx, nullptr, e);
+  }
+  static oscar_status append_rot(const Dev& c, const oscar_rotation* r, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
+    return oscar_omni_append_rotated(&c, r, k, v, l, mx, nullptr, e);
+  }
+  static oscar_status decode_rot(const Dev& c, const oscar_rotation* r, const void* q, int hq, const int32_t* l, int32_t mx, float sc, float* out,
+                                 void* ws, size_t wsb, oscar_error* e) {
+    return oscar_omni_decode_rotated(&c, r, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
   }
   static Twin empty(int B, int H, int D, int bits, int64_t cap) { return omni_twin::empty(B, H, D, bits, cap); }
   static Twin build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std::vector<int>& lens, int bits, int64_t cap) {
@@ -383,19 +404,15 @@ struct DevCache {
 
 // Uploads the rows and lengths, prefills lens, then appends `appends` single tokens (token L of each
 // sequence from its rows); `cur` ends as the lengths the cache holds.
-// rot (oscar-cov only): the rows are unrotated and go through the *_rotated entry points.
+// rot: the rows are unrotated and go through the *_rotated entry points.
 template <class F>
 bool fill(Ctx& ctx, const DevCache<F>& dc, const twins::Inputs& in, const DevBuf& dk, const DevBuf& dv, DevBuf& dl,
           const std::vector<int>& lens, int appends, std::vector<int>& cur, const oscar_rotation* rot = nullptr) {
   auto prefill = [&](const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
-    if constexpr (std::is_same_v<F, CovFmt>)
-      if (rot) return oscar_cov_prefill_rotated(&dc.c, rot, k, v, l, mx, nullptr, e);
-    return F::prefill(dc.c, k, v, l, mx, e);
+    return rot ? F::prefill_rot(dc.c, rot, k, v, l, mx, e) : F::prefill(dc.c, k, v, l, mx, e);
   };
   auto append = [&](const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
-    if constexpr (std::is_same_v<F, CovFmt>)
-      if (rot) return oscar_cov_append_rotated(&dc.c, rot, k, v, l, mx, nullptr, e);
-    return F::append(dc.c, k, v, l, mx, e);
+    return rot ? F::append_rot(dc.c, rot, k, v, l, mx, e) : F::append(dc.c, k, v, l, mx, e);
   };
   const int B = in.k.B, H = in.k.H, D = in.k.D;
   oscar_error err{};
@@ -590,11 +607,12 @@ void op_decode(Ctx& ctx, const Case& c) {
   check_outputs(ctx, out, ref, cur, all_seqs(B), s.hq, D, kDecodeBound, "");
 }
 
-// rotated (oscar-cov): the *_rotated entry points on unrotated rows against the plain entry points on rows the
+// rotated: the *_rotated entry points on unrotated rows against the plain entry points on rows the
 // host rotated by oscar/rotate_math.h's rule (tests/twins/rotate_twin.h): after prefill and appends the cache bit
 // for bit, and the rotated decode's output bit for bit against the plain decode's output un-rotated on the host;
 // the plain output also within the decode bound of float64 attention. Three rotations per case: Hadamard, one
 // random orthogonal matrix pair for all KV heads, one pair per KV head.
+template <class F>
 void op_rotated(Ctx& ctx, const Case& c) {
   const Shape& s = c.shape;
   const int T = max_len(s), B = int(s.lens.size()), D = s.head_dim, H = s.hkv, G = s.hq / s.hkv;
@@ -614,10 +632,10 @@ void op_rotated(Ctx& ctx, const Case& c) {
       return;
     if (kind == OSCAR_ROTATION_MATRIX && (!drk.upload(ctx, rt.key, "R_K") || !drv.upload(ctx, rt.value, "R_V"))) return;
     const oscar_rotation rot{kind, per_head, drk.as<float>(), drv.as<float>()};
-    DevCache<CovFmt> dc;
+    DevCache<F> dc;
     std::vector<int> cur;
     if (!dc.create(ctx, B, H, D, c.bits, T) || !fill(ctx, dc, in, dk, dv, dl, s.lens, s.appends, cur, &rot)) return;
-    const CovFmt::Twin tw = CovFmt::build(rin.k, rin.v, cur, c.bits, T);
+    const typename F::Twin tw = F::build(rin.k, rin.v, cur, c.bits, T);
     if (!same_as_twin(ctx, dc, tw, (std::string(names[variant]) + ": cache").c_str())) return;
     // The rotated decode (unrotated q, un-rotated output) and the plain one on the host-rotated q.
     const int mx = std::max(1, *std::max_element(cur.begin(), cur.end()));
@@ -625,15 +643,15 @@ void op_rotated(Ctx& ctx, const Case& c) {
     DevBuf dws, dout;
     if (!dws.alloc(ctx, wsb, "workspace") || !dout.alloc(ctx, size_t(B) * s.hq * D * 4, "out")) return;
     oscar_error err{};
-    if (!ctx.ok(oscar_cov_decode_rotated(&dc.c, &rot, dq.p, s.hq, dl.as<int32_t>(), mx, float(scale), dout.as<float>(), dws.p, wsb, nullptr, &err),
-                err, "oscar_cov_decode_rotated") ||
+    if (!ctx.ok(F::decode_rot(dc.c, &rot, dq.p, s.hq, dl.as<int32_t>(), mx, float(scale), dout.as<float>(), dws.p, wsb, &err), err,
+                "decode_rotated") ||
         !ctx.cuda(cudaDeviceSynchronize(), "decode sync"))
       return;
     const std::vector<float> fused = download<float>(ctx, dout.p, size_t(B) * s.hq * D, "out");
     std::vector<float> plain;
-    if (!run_decode_kernel<CovFmt>(ctx, &dc, nullptr, nullptr, in.k, dqr, dl, cur, s.hq, scale, plain)) return;
+    if (!run_decode_kernel<F>(ctx, &dc, nullptr, nullptr, in.k, dqr, dl, cur, s.hq, scale, plain)) return;
     const std::vector<double> ref = attn_twin::decode(rin.q, cur, all_seqs(B), s.hq, H, D, scale,
-                                                      [&](int b, int h, int64_t L, auto& K, auto& V) { CovFmt::head(tw, b, h, L, K, V); });
+                                                      [&](int b, int h, int64_t L, auto& K, auto& V) { F::head(tw, b, h, L, K, V); });
     check_outputs(ctx, plain, ref, cur, all_seqs(B), s.hq, D, kDecodeBound, names[variant]);
     rotate_twin::unrotate_outputs(plain, B, s.hq, G, rt);
     ++ctx.checks;
@@ -919,7 +937,7 @@ void run_case(Ctx& ctx, const Case& c) {
     case Op::Decode: omni ? op_decode<OmniFmt>(ctx, c) : op_decode<CovFmt>(ctx, c); break;  // bf16 uses no cache type
     case Op::Long: omni ? op_long<OmniFmt>(ctx, c) : op_long<CovFmt>(ctx, c); break;
     case Op::Real: omni ? op_real<OmniFmt>(ctx, c) : op_real<CovFmt>(ctx, c); break;
-    case Op::Rotated: op_rotated(ctx, c); break;
+    case Op::Rotated: omni ? op_rotated<OmniFmt>(ctx, c) : op_rotated<CovFmt>(ctx, c); break;
     case Op::Api:
       if (c.fmt == Fmt::None) api_fwht(ctx);
       else if (c.fmt == Fmt::Bf16) api_bf16(ctx, c.shape);

@@ -152,6 +152,12 @@ TEST_CASE("oscar-omni C API rejects bad input with a message", "[kv_api]") {
   const size_t wsb = oscar_decode_workspace_bytes(2, 8, 2, 128, 1151, 1);
   CHECK(oscar_omni_decode(&c, k, 8, lens, 1152, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "capacity"));
+  oscar_rotation orot{OSCAR_ROTATION_MATRIX, 0, nullptr, nullptr};
+  CHECK(oscar_omni_prefill_rotated(&c, &orot, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "oscar_omni_prefill_rotated"));
+  orot = {9, 0, nullptr, nullptr};
+  CHECK(oscar_omni_decode_rotated(&c, &orot, k, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "rotation->kind=9"));
   CHECK(oscar_omni_decode(&c, k, 34, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
   CHECK(oscar_omni_decode(&c, static_cast<char*>(k) + 8, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_MISALIGNED);
   CHECK(oscar_omni_decode(&c, k, 8, lens, 1151, 1.f, out, ws, 16, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);

@@ -25,7 +25,8 @@ int oscar_max_query_group(void);
 
 /* In-kernel rotations (rule: oscar/rotate_math.h). The *_rotated entry points take UNROTATED bf16 K/V (prefill,
  * append) and an unrotated query (decode, which then returns the un-rotated output); the plain entry points are
- * the same with OSCAR_ROTATION_NONE (inputs already rotated, output still rotated by R_V). */
+ * the same with OSCAR_ROTATION_NONE (inputs already rotated, output still rotated by R_V). Both formats:
+ * oscar_cov_*_rotated, oscar_omni_*_rotated. */
 typedef enum oscar_rotation_kind {
   OSCAR_ROTATION_NONE = 0,     /* inputs already rotated */
   OSCAR_ROTATION_HADAMARD = 1, /* normalized Walsh-Hadamard on keys, values and queries (oscar-omni's H) */
@@ -144,6 +145,17 @@ oscar_status oscar_omni_append(const oscar_omni_cache* cache, const void* k_new,
 oscar_status oscar_omni_decode(const oscar_omni_cache* cache, const void* q, int32_t num_q_heads, const int32_t* seq_lens,
                                int32_t max_seq_len, float softmax_scale, float* out, void* workspace,
                                size_t workspace_bytes, void* stream, oscar_error* err);
+
+/* oscar-omni with in-kernel rotations (see oscar_rotation; oscar-omni's own is OSCAR_ROTATION_HADAMARD): k, v,
+ * k_new, v_new and q unrotated, out un-rotated. Prefill/append stage one 32-token block of every KV head in shared
+ * memory (num_kv_heads * head_dim * 64 bytes): OSCAR_ERR_UNSUPPORTED beyond the device's per-block limit. */
+oscar_status oscar_omni_prefill_rotated(const oscar_omni_cache* cache, const oscar_rotation* rotation, const void* k, const void* v,
+                                        const int32_t* seq_lens, int32_t max_len, void* stream, oscar_error* err);
+oscar_status oscar_omni_append_rotated(const oscar_omni_cache* cache, const oscar_rotation* rotation, const void* k_new,
+                                       const void* v_new, const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err);
+oscar_status oscar_omni_decode_rotated(const oscar_omni_cache* cache, const oscar_rotation* rotation, const void* q,
+                                       int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
+                                       float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
 
 #ifdef __cplusplus
 }

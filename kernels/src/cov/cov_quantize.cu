@@ -52,7 +52,7 @@ __device__ __forceinline__ void store_codes(uint8_t* row, int lane_in_row, uint3
 }
 
 // Prefill: HD/8 lanes per (bh, t) row; K and V both handled by it.
-template <int HD, int BITS>
+template <int HD, int BITS, bool ROT>
 __global__ void __launch_bounds__(256) prefill_kernel(CovView c, RotArgs rot, const uint16_t* __restrict__ k,
                                                       const uint16_t* __restrict__ v, const int32_t* __restrict__ lens, int max_len) {
   constexpr int LR = HD / 8, CB = HD * BITS / 8, ROWS = 256 / LR;
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(256) prefill_kernel(CovView c, RotArgs rot, co
     float kx[8], vx[8];
     bf16x8_to_float(kin, kx);
     bf16x8_to_float(vin, vx);
-    if (rot.kind) {  // in-kernel rotation of the unrotated input (every lane runs it: the shuffles need the whole row)
+    if constexpr (ROT) {  // in-kernel rotation of the unrotated input (every lane runs it: the shuffles need the whole row)
       const int h = static_cast<int>(bh % c.Hkv);
       rotate_row8<HD>(kx, rot.kind, rot.kind == 2 ? head_matrix<HD>(rot.key, rot.per_head, h) : nullptr, li, mask);
       rotate_row8<HD>(vx, rot.kind, rot.kind == 2 ? head_matrix<HD>(rot.value, rot.per_head, h) : nullptr, li, mask);
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(256) prefill_kernel(CovView c, RotArgs rot, co
 }
 
 // Append: HD/8 lanes per (bh, K or V) row; row r = 2 bh + (1 for V).
-template <int HD, int BITS>
+template <int HD, int BITS, bool ROT>
 __global__ void __launch_bounds__(256) append_kernel(CovView c, RotArgs rot, const uint16_t* __restrict__ k,
                                                      const uint16_t* __restrict__ v, const int32_t* __restrict__ lens) {
   constexpr int LR = HD / 8, CB = HD * BITS / 8;
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(256) append_kernel(CovView c, RotArgs rot, con
   if (t < 0 || t >= c.S + c.cap + c.W) return;  // whole row group (host checked the bound)
   const uint16_t* in = (is_v ? v : k) + bh * HD;
   uint4 nin = reinterpret_cast<const uint4*>(in)[li];
-  if (rot.kind) {  // the new token arrives unrotated (the window and demoted tokens are stored rotated)
+  if constexpr (ROT) {  // the new token arrives unrotated (the window and demoted tokens are stored rotated)
     float x[8];
     bf16x8_to_float(nin, x);
     const int h = static_cast<int>(bh % c.Hkv);
@@ -155,7 +155,9 @@ oscar_status cov_prefill(const CovView& c, const RotArgs& rot, const uint16_t* k
   const int64_t rows = static_cast<int64_t>(c.B) * c.Hkv * max_len;
   const int64_t per_block = 256 / (HD / 8);
   const int64_t want = (rows + per_block - 1) / per_block, cap = 16LL * plan::sm_count();
-  prefill_kernel<HD, BITS><<<static_cast<unsigned>(want < cap ? want : cap), 256, 0, s>>>(c, rot, k, v, lens, max_len);
+  const unsigned blocks = static_cast<unsigned>(want < cap ? want : cap);
+  if (rot.kind) prefill_kernel<HD, BITS, true><<<blocks, 256, 0, s>>>(c, rot, k, v, lens, max_len);
+  else prefill_kernel<HD, BITS, false><<<blocks, 256, 0, s>>>(c, rot, k, v, lens, max_len);
   return api::check_launch(err, "oscar_cov_prefill");
 }
 
@@ -163,7 +165,9 @@ template <int HD, int BITS>
 oscar_status cov_append(const CovView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s,
                         oscar_error* err) {
   const int64_t threads = static_cast<int64_t>(c.B) * c.Hkv * 2 * (HD / 8);
-  append_kernel<HD, BITS><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, s>>>(c, rot, k, v, lens);
+  const unsigned blocks = static_cast<unsigned>((threads + 255) / 256);
+  if (rot.kind) append_kernel<HD, BITS, true><<<blocks, 256, 0, s>>>(c, rot, k, v, lens);
+  else append_kernel<HD, BITS, false><<<blocks, 256, 0, s>>>(c, rot, k, v, lens);
   return api::check_launch(err, "oscar_cov_append");
 }
 

@@ -3,6 +3,7 @@
 #include "api_util.h"
 #include "decode/checks.h"
 #include "decode/merge.h"
+#include "decode/rotate_q.h"
 #include "decode/shapes.h"
 #include "decode/split_plan.h"
 #include "omni/omni_kernels.h"
@@ -63,11 +64,19 @@ extern "C" int64_t oscar_omni_capacity(const oscar_omni_cache* c) { return c ? c
 
 extern "C" oscar_status oscar_omni_prefill(const oscar_omni_cache* cache, const void* k, const void* v, const int32_t* seq_lens,
                                            int32_t max_len, void* stream, oscar_error* err) {
-  const char* fn = "oscar_omni_prefill";
+  return oscar_omni_prefill_rotated(cache, nullptr, k, v, seq_lens, max_len, stream, err);
+}
+
+extern "C" oscar_status oscar_omni_prefill_rotated(const oscar_omni_cache* cache, const oscar_rotation* rotation, const void* k,
+                                                  const void* v, const int32_t* seq_lens, int32_t max_len, void* stream,
+                                                  oscar_error* err) {
+  const char* fn = rotation ? "oscar_omni_prefill_rotated" : "oscar_omni_prefill";
   kernels::OmniView cv;
   const kernels::OmniKernels* ops = nullptr;
   oscar_status st = kernels::check_omni(cache, fn, err, cv, ops);
   if (st != OSCAR_OK) return st;
+  kernels::RotArgs rot;
+  if ((st = kernels::check_rotation(rotation, cache->head_dim, fn, err, rot)) != OSCAR_OK) return st;
   if ((st = kernels::check_write_args(fn, "k, v", k, v, seq_lens, err)) != OSCAR_OK) return st;
   if (max_len < 0 || max_len > oscar_omni_capacity(cache))
     return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_len=%d outside [0, capacity %lld]", fn, max_len,
@@ -75,32 +84,49 @@ extern "C" oscar_status oscar_omni_prefill(const oscar_omni_cache* cache, const 
   if (max_len == 0) return OSCAR_OK;
   const int64_t blocks = static_cast<int64_t>(cache->batch) * ((max_len + kernels::kKeyBlock - 1) / kernels::kKeyBlock);
   if (blocks >= (int64_t(1) << 31)) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch * max_len too large", fn);
-  return ops->prefill(cv, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), seq_lens, max_len,
+  return ops->prefill(cv, rot, static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), seq_lens, max_len,
                       static_cast<cudaStream_t>(stream), err);
 }
 
 extern "C" oscar_status oscar_omni_append(const oscar_omni_cache* cache, const void* k_new, const void* v_new,
                                           const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err) {
-  const char* fn = "oscar_omni_append";
+  return oscar_omni_append_rotated(cache, nullptr, k_new, v_new, seq_lens, max_seq_len, stream, err);
+}
+
+extern "C" oscar_status oscar_omni_append_rotated(const oscar_omni_cache* cache, const oscar_rotation* rotation, const void* k_new,
+                                                 const void* v_new, const int32_t* seq_lens, int32_t max_seq_len, void* stream,
+                                                 oscar_error* err) {
+  const char* fn = rotation ? "oscar_omni_append_rotated" : "oscar_omni_append";
   kernels::OmniView cv;
   const kernels::OmniKernels* ops = nullptr;
   oscar_status st = kernels::check_omni(cache, fn, err, cv, ops);
   if (st != OSCAR_OK) return st;
+  kernels::RotArgs rot;
+  if ((st = kernels::check_rotation(rotation, cache->head_dim, fn, err, rot)) != OSCAR_OK) return st;
   if ((st = kernels::check_write_args(fn, "k_new, v_new", k_new, v_new, seq_lens, err)) != OSCAR_OK) return st;
   if ((st = kernels::check_append_len(fn, max_seq_len, oscar_omni_capacity(cache), err)) != OSCAR_OK) return st;
-  return ops->append(cv, static_cast<const uint16_t*>(k_new), static_cast<const uint16_t*>(v_new), seq_lens,
+  return ops->append(cv, rot, static_cast<const uint16_t*>(k_new), static_cast<const uint16_t*>(v_new), seq_lens,
                      static_cast<cudaStream_t>(stream), err);
 }
 
 extern "C" oscar_status oscar_omni_decode(const oscar_omni_cache* cache, const void* q, int32_t num_q_heads, const int32_t* seq_lens,
                                           int32_t max_seq_len, float softmax_scale, float* out, void* workspace,
                                           size_t workspace_bytes, void* stream, oscar_error* err) {
+  return oscar_omni_decode_rotated(cache, nullptr, q, num_q_heads, seq_lens, max_seq_len, softmax_scale, out, workspace, workspace_bytes,
+                                   stream, err);
+}
+
+extern "C" oscar_status oscar_omni_decode_rotated(const oscar_omni_cache* cache, const oscar_rotation* rotation, const void* q,
+                                                 int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
+                                                 float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err) {
   namespace plan = kernels::plan;
-  const char* fn = "oscar_omni_decode";
+  const char* fn = rotation ? "oscar_omni_decode_rotated" : "oscar_omni_decode";
   kernels::OmniView cv;
   const kernels::OmniKernels* ops = nullptr;
   oscar_status st = kernels::check_omni(cache, fn, err, cv, ops);
   if (st != OSCAR_OK) return st;
+  kernels::RotArgs rot;
+  if ((st = kernels::check_rotation(rotation, cache->head_dim, fn, err, rot)) != OSCAR_OK) return st;
   st = kernels::check_decode_args(fn, q, num_q_heads, cache->num_kv_heads, seq_lens, max_seq_len, oscar_omni_capacity(cache), out,
                                   workspace, err);
   if (st != OSCAR_OK) return st;
@@ -111,10 +137,19 @@ extern "C" oscar_status oscar_omni_decode(const oscar_omni_cache* cache, const v
   const plan::Plan p = plan::quant_plan(units, omnifmt::body_tokens(max_seq_len), win, plan::kOmniGranule,
                                         plan::blocks_per_sm(cache->head_dim), plan::sm_count());
   kernels::DecodeArgs a;
+  const size_t qrot = rot.kind ? kernels::rotated_q_bytes(cache->batch, num_q_heads, cache->head_dim) : 0;
   st = kernels::plan_decode_args(a, p, fn, q, seq_lens, num_q_heads, cache->num_kv_heads, bh, cache->head_dim, softmax_scale, workspace,
-                                 workspace_bytes, err);
+                                 workspace_bytes, err, qrot);
   if (st != OSCAR_OK) return st;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (rot.kind) {  // q' = q H (or q R_K) into the workspace's tail; the merge un-rotates the output
+    auto* qr = reinterpret_cast<uint16_t*>(static_cast<char*>(workspace) + (workspace_bytes - qrot) / 16 * 16);
+    if ((st = kernels::launch_rotate_q(rot, a.q, qr, static_cast<int64_t>(cache->batch) * num_q_heads, num_q_heads, a.G, cache->head_dim, s,
+                                       err, fn)) != OSCAR_OK)
+      return st;
+    a.q = qr;
+    a.rot = rot;
+  }
   if ((st = ops->decode(cv, a, s, err)) != OSCAR_OK) return st;
   return kernels::launch_merge(a, cache->head_dim, cache->batch, out, s, err, fn);
 }

@@ -20,18 +20,22 @@ struct OmniView {
   uint16_t* kn;       // fp16 token norms [B][cap]
 };
 
+// rot: in-kernel rotation of the unrotated k/v rows (kind 0: the rows are already rotated); a rotated launch stages
+// one 32-token block of every KV head in shared memory (UNSUPPORTED when that exceeds the device's limit).
 template <int HD, int BITS>
-oscar_status omni_prefill(const OmniView& c, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len, cudaStream_t s,
-                          oscar_error* err);
+oscar_status omni_prefill(const OmniView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len,
+                          cudaStream_t s, oscar_error* err);
 template <int HD, int BITS>
-oscar_status omni_append(const OmniView& c, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s, oscar_error* err);
+oscar_status omni_append(const OmniView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s,
+                         oscar_error* err);
 template <int HD, int BITS>
 oscar_status omni_decode(const OmniView& c, const DecodeArgs& a, cudaStream_t s, oscar_error* err);  // decode grid only (no merge)
 
 struct OmniKernels {
   int head_dim, bits;
-  oscar_status (*prefill)(const OmniView&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, cudaStream_t, oscar_error*);
-  oscar_status (*append)(const OmniView&, const uint16_t*, const uint16_t*, const int32_t*, cudaStream_t, oscar_error*);
+  oscar_status (*prefill)(const OmniView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, cudaStream_t,
+                          oscar_error*);
+  oscar_status (*append)(const OmniView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*, cudaStream_t, oscar_error*);
   oscar_status (*decode)(const OmniView&, const DecodeArgs&, cudaStream_t, oscar_error*);
 };
 // The entry of (head_dim, bits), or nullptr when that shape is not compiled.

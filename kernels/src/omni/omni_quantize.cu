@@ -5,6 +5,7 @@
 // of 128 tokens is copied, and append quantizes it into the body when it fills.
 #include "api_util.h"
 #include "decode/mma.cuh"
+#include "decode/rotate.cuh"
 #include "decode/shapes.h"
 #include "omni/omni_kernels.h"
 #include "oscar/omni_format.h"
@@ -35,8 +36,9 @@ __device__ __forceinline__ void bf16x4_to_float(const uint2 w, float (&x)[4]) {
   x[3] = __uint_as_float(w.y & 0xffff0000u);
 }
 
-template <int HD, int BITS, class SrcK, class SrcV>
-__device__ void quantize_block32(const OmniView& c, int b, int64_t t0, SrcK src_k, SrcV src_v, QuantSmem<HD>& sm) {
+// Keys (norms, per-channel groups) of the block; ends with a block barrier.
+template <int HD, int BITS, class SrcK>
+__device__ void quantize_keys32(const OmniView& c, int b, int64_t t0, SrcK src_k, QuantSmem<HD>& sm) {
   constexpr int CB = HD * BITS / 8, CPR = HD / 4;  // code bytes per row, 4-channel pieces per row
   constexpr int TP = QuantSmem<HD>::TP, TT = kKeyBlock / TP;
   static_assert(kQThreads % HD == 0 && CPR % 8 == 0, "head_dim 64, 128 or 256");
@@ -114,6 +116,13 @@ __device__ void quantize_block32(const OmniView& c, int b, int64_t t0, SrcK src_
     }
     __syncthreads();  // sm.codes / mn / mx reused by the next head
   }
+}
+
+// Values (per token, 32-channel groups) of the block; no shared memory.
+template <int HD, int BITS, class SrcV>
+__device__ void quantize_values32(const OmniView& c, int b, int64_t t0, SrcV src_v) {
+  constexpr int CB = HD * BITS / 8, CPR = HD / 4;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // 3. Values: per token, groups of 32 channels = 8 consecutive lanes x 4 channels (piece q of a row). A
   //    warp step takes RPW rows (HD 64: two, lanes 0-15 and 16-31) and each lane PPL pieces of its row
   //    (HD 256: q = lane, lane + 32); the rows (32 H) are a multiple of the 8 RPW a block step takes, so
@@ -147,11 +156,60 @@ __device__ void quantize_block32(const OmniView& c, int b, int64_t t0, SrcK src_
     }
 }
 
+template <int HD, int BITS, class SrcK, class SrcV>
+__device__ void quantize_block32(const OmniView& c, int b, int64_t t0, SrcK src_k, SrcV src_v, QuantSmem<HD>& sm) {
+  quantize_keys32<HD, BITS>(c, b, t0, src_k, sm);
+  quantize_values32<HD, BITS>(c, b, t0, src_v);
+}
+
+// In-kernel rotation (oscar_rotation; rule oscar/rotate_math.h): rows of HD/8 lanes, 8 channels per lane.
+template <int HD>
+__device__ __forceinline__ unsigned rot_row_mask(int lane) {
+  constexpr int LR = HD / 8;
+  if constexpr (LR == 32) return 0xffffffffu;
+  else return ((1u << LR) - 1u) << (lane & ~(LR - 1));
+}
+// Writes rows r = h * 32 + i (h < H, i < 32) into stage [H * 32][HD]: src(h, i) the row, rotated by head h's
+// key or value rotation when rotate(h, i) (rows already rotated, e.g. from the residual block, are copied).
+template <int HD, class Src, class Pred>
+__device__ void stage_rows(uint16_t* stage, const RotArgs& rot, bool value, int H, Src src, Pred rotate) {
+  constexpr int LR = HD / 8, RPB = kQThreads / LR;
+  const int li = threadIdx.x & (LR - 1);
+  const unsigned mask = rot_row_mask<HD>(threadIdx.x & 31);
+  for (int r0 = 0; r0 < H * kKeyBlock; r0 += RPB) {  // every lane runs every iteration (clamped rows): the shuffles need them
+    const int rr = r0 + static_cast<int>(threadIdx.x) / LR;
+    const int r = rr < H * kKeyBlock ? rr : H * kKeyBlock - 1;
+    const int h = r / kKeyBlock, i = r % kKeyBlock;
+    uint4 w = reinterpret_cast<const uint4*>(src(h, i))[li];
+    if (rotate(h, i)) {  // uniform over the row's lanes
+      float x[8];
+      bf16x8_to_float(w, x);
+      rotate_row8<HD>(x, rot.kind, rot.kind == 2 ? head_matrix<HD>(value ? rot.value : rot.key, rot.per_head, h) : nullptr, li, mask);
+      w = pack8_bf16(x);
+    }
+    if (rr < H * kKeyBlock) reinterpret_cast<uint4*>(stage + static_cast<int64_t>(r) * HD)[li] = w;
+  }
+}
+// One bf16 row (src -> dst) by HD/8 lanes, rotated when rot.kind != 0 (the caller keeps the row's lanes together).
+template <int HD>
+__device__ __forceinline__ void copy_row(uint16_t* dst, const uint16_t* src, const RotArgs& rot, bool value, int h, int li, unsigned mask,
+                                         bool write = true) {
+  uint4 w = reinterpret_cast<const uint4*>(src)[li];
+  if (rot.kind) {
+    float x[8];
+    bf16x8_to_float(w, x);
+    rotate_row8<HD>(x, rot.kind, rot.kind == 2 ? head_matrix<HD>(value ? rot.value : rot.key, rot.per_head, h) : nullptr, li, mask);
+    w = pack8_bf16(x);
+  }
+  if (write) reinterpret_cast<uint4*>(dst)[li] = w;
+}
+
 // Prefill: block (b, 32-token block blk): quantized when inside the body, else copied to the residual.
-template <int HD, int BITS>
-__global__ void __launch_bounds__(kQThreads) prefill_kernel(OmniView c, const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
-                                                            const int32_t* __restrict__ lens, int max_len) {
+template <int HD, int BITS, bool ROT>
+__global__ void __launch_bounds__(kQThreads) prefill_kernel(OmniView c, RotArgs rot, const uint16_t* __restrict__ k,
+                                                            const uint16_t* __restrict__ v, const int32_t* __restrict__ lens, int max_len) {
   __shared__ QuantSmem<HD> sm;
+  extern __shared__ __align__(16) uint16_t stage[];  // rot.kind != 0: the block's rotated rows [Hkv * 32][HD], K then V
   const int nblk = (max_len + kKeyBlock - 1) / kKeyBlock;
   const int b = blockIdx.x / nblk, blk = blockIdx.x % nblk;
   int L = lens[b];
@@ -160,14 +218,41 @@ __global__ void __launch_bounds__(kQThreads) prefill_kernel(OmniView c, const ui
   const int64_t t0 = static_cast<int64_t>(blk) * kKeyBlock;
   auto row = [&](const uint16_t* x, int h, int64_t t) { return x + ((static_cast<int64_t>(b) * c.Hkv + h) * max_len + t) * HD; };
   if (t0 + kKeyBlock <= nb) {
-    quantize_block32<HD, BITS>(
-        c, b, t0, [&](int h, int i) { return row(k, h, t0 + i); }, [&](int h, int i) { return row(v, h, t0 + i); }, sm);
+    if constexpr (!ROT) {
+      quantize_block32<HD, BITS>(
+          c, b, t0, [&](int h, int i) { return row(k, h, t0 + i); }, [&](int h, int i) { return row(v, h, t0 + i); }, sm);
+      return;
+    } else {
+    auto staged = [&](int h, int i) -> const uint16_t* { return stage + (static_cast<int64_t>(h) * kKeyBlock + i) * HD; };
+    auto all = [](int, int) { return true; };
+    stage_rows<HD>(stage, rot, false, c.Hkv, [&](int h, int i) { return row(k, h, t0 + i); }, all);
+    __syncthreads();
+    quantize_keys32<HD, BITS>(c, b, t0, staged, sm);  // ends with a barrier
+    stage_rows<HD>(stage, rot, true, c.Hkv, [&](int h, int i) { return row(v, h, t0 + i); }, all);
+    __syncthreads();
+    quantize_values32<HD, BITS>(c, b, t0, staged);
     return;
+    }
   }
   const int64_t end = min64(L, t0 + kKeyBlock);
   const int64_t first = t0 > nb ? t0 : nb;
   const int64_t n = end - first;
   if (n <= 0) return;
+  if constexpr (ROT) {  // residual rows rotated: HD/8 lanes per (head, token) row
+    constexpr int LR = HD / 8, RPB = kQThreads / LR;
+    const int li = threadIdx.x & (LR - 1);
+    const unsigned mask = rot_row_mask<HD>(threadIdx.x & 31);
+    const int64_t rows = static_cast<int64_t>(c.Hkv) * n;
+    for (int64_t r0 = 0; r0 < rows; r0 += RPB) {
+      const int64_t rr = r0 + threadIdx.x / LR, r = rr < rows ? rr : rows - 1;  // clamped rows keep every lane in the shuffles
+      const int h = static_cast<int>(r / n);
+      const int64_t t = first + r % n;
+      const int64_t dst = ((static_cast<int64_t>(b) * c.Hkv + h) * kResidual + (t - nb)) * HD;
+      copy_row<HD>(c.kr + dst, row(k, h, t), rot, false, h, li, mask, rr < rows);  // clamped duplicates write nothing
+      copy_row<HD>(c.vr + dst, row(v, h, t), rot, true, h, li, mask, rr < rows);
+    }
+    return;
+  }
   // residual copy: (head, token, 16-byte piece) per thread
   constexpr int P16 = HD / 8;
   const int64_t pieces = static_cast<int64_t>(c.Hkv) * n * P16;
@@ -184,10 +269,11 @@ __global__ void __launch_bounds__(kQThreads) prefill_kernel(OmniView c, const ui
 
 // Append: grid (B, 4). Token t = lens[b] goes to residual slot t % 128; when that is slot 127 the four
 // blocks of the sequence quantize the residual block (the new token read straight from the input).
-template <int HD, int BITS>
-__global__ void __launch_bounds__(kQThreads) append_kernel(OmniView c, const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
-                                                           const int32_t* __restrict__ lens) {
+template <int HD, int BITS, bool ROT>
+__global__ void __launch_bounds__(kQThreads) append_kernel(OmniView c, RotArgs rot, const uint16_t* __restrict__ k,
+                                                           const uint16_t* __restrict__ v, const int32_t* __restrict__ lens) {
   __shared__ QuantSmem<HD> sm;
+  extern __shared__ __align__(16) uint16_t stage[];  // rot.kind != 0: this sub-block's rows [Hkv * 32][HD], K then V
   const int b = blockIdx.x, sub = blockIdx.y;
   const int64_t t = lens[b];
   if (t < 0 || t >= c.cap + kResidual - 1) return;  // host checked the bound
@@ -196,6 +282,17 @@ __global__ void __launch_bounds__(kQThreads) append_kernel(OmniView c, const uin
   auto in = [&](const uint16_t* x, int h) { return x + (static_cast<int64_t>(b) * c.Hkv + h) * HD; };
   if (slot != kResidual - 1) {
     if (sub != 0) return;
+    if constexpr (ROT) {  // the new token rotated into its residual slot: HD/8 lanes per head row
+      constexpr int LR = HD / 8, RPB = kQThreads / LR;
+      const int li = threadIdx.x & (LR - 1);
+      const unsigned mask = rot_row_mask<HD>(threadIdx.x & 31);
+      for (int r0 = 0; r0 < c.Hkv; r0 += RPB) {
+        const int rr = r0 + static_cast<int>(threadIdx.x) / LR, h = rr < c.Hkv ? rr : c.Hkv - 1;
+        copy_row<HD>(res(c.kr, h, slot), in(k, h), rot, false, h, li, mask, rr < c.Hkv);
+        copy_row<HD>(res(c.vr, h, slot), in(v, h), rot, true, h, li, mask, rr < c.Hkv);
+      }
+      return;
+    }
     constexpr int P16 = HD / 8;
     for (int p = threadIdx.x; p < c.Hkv * P16; p += kQThreads) {
       const int h = p / P16, piece = p % P16;
@@ -205,34 +302,75 @@ __global__ void __launch_bounds__(kQThreads) append_kernel(OmniView c, const uin
     return;
   }
   const int64_t t0 = t - (kResidual - 1) + sub * kKeyBlock;
-  quantize_block32<HD, BITS>(
-      c, b, t0,
-      [&](int h, int i) -> const uint16_t* { const int s = sub * kKeyBlock + i; return s == kResidual - 1 ? in(k, h) : res(c.kr, h, s); },
-      [&](int h, int i) -> const uint16_t* { const int s = sub * kKeyBlock + i; return s == kResidual - 1 ? in(v, h) : res(c.vr, h, s); },
-      sm);
+  auto src_k = [&](int h, int i) -> const uint16_t* { const int s = sub * kKeyBlock + i; return s == kResidual - 1 ? in(k, h) : res(c.kr, h, s); };
+  auto src_v = [&](int h, int i) -> const uint16_t* { const int s = sub * kKeyBlock + i; return s == kResidual - 1 ? in(v, h) : res(c.vr, h, s); };
+  if constexpr (!ROT) {
+    quantize_block32<HD, BITS>(c, b, t0, src_k, src_v, sm);
+    return;
+  } else {
+  // Rotated: the residual rows are stored rotated already; only the new token (slot 127) is rotated here.
+  auto staged = [&](int h, int i) -> const uint16_t* { return stage + (static_cast<int64_t>(h) * kKeyBlock + i) * HD; };
+  auto is_new = [&](int, int i) { return sub * kKeyBlock + i == kResidual - 1; };
+  stage_rows<HD>(stage, rot, false, c.Hkv, src_k, is_new);
+  __syncthreads();
+  quantize_keys32<HD, BITS>(c, b, t0, staged, sm);  // ends with a barrier
+  stage_rows<HD>(stage, rot, true, c.Hkv, src_v, is_new);
+  __syncthreads();
+  quantize_values32<HD, BITS>(c, b, t0, staged);
+  }
 }
 
 }  // namespace
 
-template <int HD, int BITS>
-oscar_status omni_prefill(const OmniView& c, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len, cudaStream_t s,
-                          oscar_error* err) {
-  const int64_t blocks = static_cast<int64_t>(c.B) * ((max_len + kKeyBlock - 1) / kKeyBlock);  // the API bounds it below 2^31
-  prefill_kernel<HD, BITS><<<static_cast<unsigned>(blocks), kQThreads, 0, s>>>(c, k, v, lens, max_len);
-  return api::check_launch(err, "oscar_omni_prefill");
+// Dynamic shared memory of a rotated launch (the staged rows of one 32-token block, K or V), checked against
+// the device's opt-in limit; 0 without rotation.
+template <int HD, int BITS, class Kernel>
+oscar_status rotated_stage(Kernel kernel, const OmniView& c, const RotArgs& rot, size_t& bytes, oscar_error* err, const char* fn) {
+  bytes = 0;
+  if (!rot.kind) return OSCAR_OK;
+  bytes = static_cast<size_t>(c.Hkv) * kKeyBlock * HD * 2;
+  int dev = 0, optin = 0;
+  OSCAR_CUDA_TRY(cudaGetDevice(&dev), err, fn);
+  OSCAR_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), err, fn);
+  const size_t limit = static_cast<size_t>(optin) - sizeof(QuantSmem<HD>);
+  if (bytes > limit)
+    return api::fail(err, OSCAR_ERR_UNSUPPORTED,
+                     "%s: num_kv_heads=%d x head_dim=%d: the in-kernel rotation stages %zu bytes per block, the device allows %zu; "
+                     "rotate on the host and call the plain entry point",
+                     fn, c.Hkv, HD, bytes, limit);
+  OSCAR_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), err, fn);
+  return OSCAR_OK;
 }
 
 template <int HD, int BITS>
-oscar_status omni_append(const OmniView& c, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s, oscar_error* err) {
+oscar_status omni_prefill(const OmniView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len,
+                          cudaStream_t s, oscar_error* err) {
+  const char* fn = rot.kind ? "oscar_omni_prefill_rotated" : "oscar_omni_prefill";
+  size_t smem = 0;
+  if (const oscar_status st = rotated_stage<HD, BITS>(prefill_kernel<HD, BITS, true>, c, rot, smem, err, fn); st != OSCAR_OK) return st;
+  const unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(c.B) * ((max_len + kKeyBlock - 1) / kKeyBlock));  // < 2^31 (API)
+  if (rot.kind) prefill_kernel<HD, BITS, true><<<blocks, kQThreads, smem, s>>>(c, rot, k, v, lens, max_len);
+  else prefill_kernel<HD, BITS, false><<<blocks, kQThreads, 0, s>>>(c, rot, k, v, lens, max_len);
+  return api::check_launch(err, fn);
+}
+
+template <int HD, int BITS>
+oscar_status omni_append(const OmniView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s,
+                         oscar_error* err) {
+  const char* fn = rot.kind ? "oscar_omni_append_rotated" : "oscar_omni_append";
+  size_t smem = 0;
+  if (const oscar_status st = rotated_stage<HD, BITS>(append_kernel<HD, BITS, true>, c, rot, smem, err, fn); st != OSCAR_OK) return st;
   const dim3 grid(static_cast<unsigned>(c.B), kResidual / kKeyBlock);
-  append_kernel<HD, BITS><<<grid, kQThreads, 0, s>>>(c, k, v, lens);
-  return api::check_launch(err, "oscar_omni_append");
+  if (rot.kind) append_kernel<HD, BITS, true><<<grid, kQThreads, smem, s>>>(c, rot, k, v, lens);
+  else append_kernel<HD, BITS, false><<<grid, kQThreads, 0, s>>>(c, rot, k, v, lens);
+  return api::check_launch(err, fn);
 }
 
 #define OSCAR_OMNI_QUANTIZE_INSTANCE(HD, BITS)                                                                                  \
-  template oscar_status omni_prefill<HD, BITS>(const OmniView&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, cudaStream_t, \
-                                               oscar_error*);                                                                   \
-  template oscar_status omni_append<HD, BITS>(const OmniView&, const uint16_t*, const uint16_t*, const int32_t*, cudaStream_t, oscar_error*);
+  template oscar_status omni_prefill<HD, BITS>(const OmniView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, \
+                                               cudaStream_t, oscar_error*);                                                     \
+  template oscar_status omni_append<HD, BITS>(const OmniView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*,       \
+                                              cudaStream_t, oscar_error*);
 OSCAR_KV_SHAPES(OSCAR_OMNI_QUANTIZE_INSTANCE)
 
 }  // namespace oscar::kernels
