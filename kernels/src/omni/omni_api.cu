@@ -3,6 +3,7 @@
 #include "api_util.h"
 #include "decode/checks.h"
 #include "decode/merge.h"
+#include "decode/quantized_decode.h"
 #include "decode/rotate_q.h"
 #include "decode/shapes.h"
 #include "decode/split_plan.h"
@@ -131,25 +132,11 @@ extern "C" oscar_status oscar_omni_decode_rotated(const oscar_omni_cache* cache,
                                   workspace, err);
   if (st != OSCAR_OK) return st;
   const int64_t bh = static_cast<int64_t>(cache->batch) * cache->num_kv_heads;
-  if (bh > 65535) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch * kv_heads = %lld exceeds 65535", fn, (long long)bh);
   const int64_t units = bh * plan::query_groups(num_q_heads / cache->num_kv_heads);
   const int64_t win = max_seq_len < kernels::kResidual - 1 ? max_seq_len : kernels::kResidual - 1;
   const plan::Plan p = plan::quant_plan(units, omnifmt::body_tokens(max_seq_len), win, plan::kOmniGranule,
                                         plan::blocks_per_sm(cache->head_dim), plan::sm_count());
-  kernels::DecodeArgs a;
-  const size_t qrot = rot.kind ? kernels::rotated_q_bytes(cache->batch, num_q_heads, cache->head_dim) : 0;
-  st = kernels::plan_decode_args(a, p, fn, q, seq_lens, num_q_heads, cache->num_kv_heads, bh, cache->head_dim, softmax_scale, workspace,
-                                 workspace_bytes, err, qrot);
-  if (st != OSCAR_OK) return st;
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (rot.kind) {  // q' = q H (or q R_K) into the workspace's tail; the merge un-rotates the output
-    auto* qr = reinterpret_cast<uint16_t*>(static_cast<char*>(workspace) + (workspace_bytes - qrot) / 16 * 16);
-    if ((st = kernels::launch_rotate_q(rot, a.q, qr, static_cast<int64_t>(cache->batch) * num_q_heads, num_q_heads, a.G, cache->head_dim, s,
-                                       err, fn)) != OSCAR_OK)
-      return st;
-    a.q = qr;
-    a.rot = rot;
-  }
-  if ((st = ops->decode(cv, a, s, err)) != OSCAR_OK) return st;
-  return kernels::launch_merge(a, cache->head_dim, cache->batch, out, s, err, fn);
+  const auto grid = [&](const kernels::DecodeArgs& a, cudaStream_t s, oscar_error* e) { return ops->decode(cv, a, s, e); };
+  return kernels::run_quantized_decode(p, rot, fn, q, seq_lens, num_q_heads, cache->num_kv_heads, cache->batch, cache->head_dim, softmax_scale,
+                                       out, workspace, workspace_bytes, static_cast<cudaStream_t>(stream), err, grid);
 }
