@@ -55,7 +55,11 @@ extern "C" oscar_status oscar_bf16_decode(const void* k, const void* v, int32_t 
                                           int32_t max_seq_len, float softmax_scale, float* out, void* workspace,
                                           size_t workspace_bytes, void* stream, oscar_error* err) {
   const char* fn = "oscar_bf16_decode";
-  if (head_dim != 64 && head_dim != 128 && head_dim != 256)
+  bool compiled = false;
+#define OSCAR_BF16_HD(HD) compiled = compiled || head_dim == HD;
+  OSCAR_KV_HEAD_DIMS(OSCAR_BF16_HD)
+#undef OSCAR_BF16_HD
+  if (!compiled)
     return api::fail(err, OSCAR_ERR_UNSUPPORTED, "%s: head_dim=%d unsupported (64, 128 or 256)", fn, head_dim);
   if (!k || !v) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: k or v is NULL", fn);
   if (!api::aligned(k, 16) || !api::aligned(v, 16)) return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: k/v must be 16-byte aligned", fn);

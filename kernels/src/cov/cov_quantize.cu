@@ -14,14 +14,6 @@
 namespace oscar::kernels {
 namespace {
 
-// The lanes of one row: LR = HD / 8 consecutive lanes, the mask of this lane's row group.
-template <int HD>
-__device__ __forceinline__ unsigned row_mask(int lane) {
-  constexpr int LR = HD / 8;
-  if constexpr (LR == 32) return 0xffffffffu;
-  else return ((1u << LR) - 1u) << (lane & ~(LR - 1));
-}
-
 // Quantizes one row (this lane's 8 channels x): the lane's packed code bits and the (scale, zero) fp16 pair.
 template <int HD, int BITS>
 __device__ __forceinline__ void quantize_row(const float (&x)[8], float clip, unsigned mask, uint32_t& code_bits, uint32_t& params) {
@@ -57,7 +49,7 @@ __global__ void __launch_bounds__(256) prefill_kernel(CovView c, RotArgs rot, co
                                                       const uint16_t* __restrict__ v, const int32_t* __restrict__ lens, int max_len) {
   constexpr int LR = HD / 8, CB = HD * BITS / 8, ROWS = 256 / LR;
   const int li = threadIdx.x & (LR - 1);
-  const unsigned mask = row_mask<HD>(threadIdx.x & 31);
+  const unsigned mask = row_lanes_mask<HD>(threadIdx.x & 31);
   const int64_t total = static_cast<int64_t>(c.B) * c.Hkv * max_len;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * ROWS;
   for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * ROWS; row0 < total; row0 += stride) {
@@ -121,14 +113,8 @@ __global__ void __launch_bounds__(256) append_kernel(CovView c, RotArgs rot, con
   if (t < 0 || t >= c.S + c.cap + c.W) return;  // whole row group (host checked the bound)
   const uint16_t* in = (is_v ? v : k) + bh * HD;
   uint4 nin = reinterpret_cast<const uint4*>(in)[li];
-  if constexpr (ROT) {  // the new token arrives unrotated (the window and demoted tokens are stored rotated)
-    float x[8];
-    bf16x8_to_float(nin, x);
-    const int h = static_cast<int>(bh % c.Hkv);
-    rotate_row8<HD>(x, rot.kind, rot.kind == 2 ? head_matrix<HD>(is_v ? rot.value : rot.key, rot.per_head, h) : nullptr, li,
-                    row_mask<HD>(threadIdx.x & 31));
-    nin = pack8_bf16(x);
-  }
+  if constexpr (ROT)  // the new token arrives unrotated (the window and demoted tokens are stored rotated)
+    nin = rotate_piece<HD>(nin, rot, is_v, static_cast<int>(bh % c.Hkv), li, row_lanes_mask<HD>(threadIdx.x & 31));
   if (t < c.S) {
     reinterpret_cast<uint4*>((is_v ? c.vs : c.ks) + (bh * c.S + t) * HD)[li] = nin;
     return;
@@ -139,7 +125,7 @@ __global__ void __launch_bounds__(256) append_kernel(CovView c, RotArgs rot, con
     float x[8];
     bf16x8_to_float(old, x);
     uint32_t bits, par;
-    quantize_row<HD, BITS>(x, is_v ? c.clip_v : c.clip_k, row_mask<HD>(threadIdx.x & 31), bits, par);
+    quantize_row<HD, BITS>(x, is_v ? c.clip_v : c.clip_k, row_lanes_mask<HD>(threadIdx.x & 31), bits, par);
     const int64_t bi = bh * c.cap + (t - c.W - c.S);
     store_codes<BITS>((is_v ? c.vc : c.kc) + bi * CB, li, bits);
     if (li == 0) (is_v ? c.vp : c.kp)[bi] = par;

@@ -2,6 +2,7 @@
 // o = sum_p 2^(m_p - M) o_p / sum_p 2^(m_p - M) l_p (log2 domain); a head with no token gets 0.
 #include "api_util.h"
 #include "decode/merge.h"
+#include "decode/shapes.h"
 #include "oscar/fwht_math.h"
 
 #include <cmath>
@@ -86,9 +87,10 @@ oscar_status launch(const DecodeArgs& a, int batch, float* out, cudaStream_t s, 
 
 oscar_status launch_merge(const DecodeArgs& a, int head_dim, int batch, float* out, cudaStream_t s, oscar_error* err, const char* fn) {
   switch (head_dim) {
-    case 64: return launch<64>(a, batch, out, s, err, fn);
-    case 128: return launch<128>(a, batch, out, s, err, fn);
-    case 256: return launch<256>(a, batch, out, s, err, fn);
+#define OSCAR_MERGE_CASE(HD) \
+  case HD: return launch<HD>(a, batch, out, s, err, fn);
+    OSCAR_KV_HEAD_DIMS(OSCAR_MERGE_CASE)
+#undef OSCAR_MERGE_CASE
     default: return api::fail(err, OSCAR_ERR_UNSUPPORTED, "%s: head_dim=%d has no merge kernel (64, 128 or 256)", fn, head_dim);
   }
 }

@@ -8,11 +8,20 @@
 #include <cstdint>
 
 #include "decode/args.h"
+#include "decode/mma.cuh"
 #include "oscar/float_formats.h"
 #include "oscar/fwht_math.h"
 
 namespace oscar::kernels {
 namespace {
+
+// The lanes of this lane's row: HD/8 consecutive lanes (the mask of its row group within the warp).
+template <int HD>
+__device__ __forceinline__ unsigned row_lanes_mask(int lane) {
+  constexpr int LR = HD / 8;
+  if constexpr (LR == 32) return 0xffffffffu;
+  else return ((1u << LR) - 1u) << (lane & ~(LR - 1));
+}
 
 // The matrix of KV head h (per-head matrices are consecutive HD x HD blocks).
 template <int HD>
@@ -76,6 +85,15 @@ __device__ __forceinline__ uint4 pack8_bf16(const float (&x)[8]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) w[i] = (__float_as_uint(x[2 * i]) >> 16) | (__float_as_uint(x[2 * i + 1]) & 0xffff0000u);
   return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// This lane's 8 bf16 channels w of a row of KV head h, rotated by its key (value = false) or value rotation.
+template <int HD>
+__device__ __forceinline__ uint4 rotate_piece(uint4 w, const RotArgs& rot, bool value, int h, int li, unsigned mask) {
+  float x[8];
+  bf16x8_to_float(w, x);
+  rotate_row8<HD>(x, rot.kind, rot.kind == 2 ? head_matrix<HD>(value ? rot.value : rot.key, rot.per_head, h) : nullptr, li, mask);
+  return pack8_bf16(x);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "decode/mma.cuh"
 #include "decode/rotate.cuh"
 #include "decode/rotate_q.h"
+#include "decode/shapes.h"
 #include "oscar_kv.h"
 
 namespace oscar::kernels {
@@ -13,14 +14,11 @@ __global__ void __launch_bounds__(256) rotate_q_kernel(RotArgs rot, const uint16
                                                        int64_t rows, int Hq, int G) {
   constexpr int LR = HD / 8;
   const int lane = threadIdx.x & 31, li = lane & (LR - 1);
-  const unsigned mask = LR == 32 ? 0xffffffffu : ((1u << LR) - 1u) << (lane & ~(LR - 1));
+  const unsigned mask = row_lanes_mask<HD>(lane);
   int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / LR;
   if (row >= rows) return;  // whole row group
   const int hkv = static_cast<int>(row % Hq) / G;
-  float x[8];
-  bf16x8_to_float(reinterpret_cast<const uint4*>(q + row * HD)[li], x);
-  rotate_row8<HD>(x, rot.kind, rot.kind == 2 ? head_matrix<HD>(rot.key, rot.per_head, hkv) : nullptr, li, mask);
-  reinterpret_cast<uint4*>(dst + row * HD)[li] = pack8_bf16(x);
+  reinterpret_cast<uint4*>(dst + row * HD)[li] = rotate_piece<HD>(reinterpret_cast<const uint4*>(q + row * HD)[li], rot, false, hkv, li, mask);
 }
 
 }  // namespace
@@ -30,9 +28,10 @@ oscar_status launch_rotate_q(const RotArgs& rot, const uint16_t* q, uint16_t* ds
   const int64_t threads = rows * (head_dim / 8);
   const unsigned blocks = static_cast<unsigned>((threads + 255) / 256);
   switch (head_dim) {
-    case 64: rotate_q_kernel<64><<<blocks, 256, 0, s>>>(rot, q, dst, rows, Hq, G); break;
-    case 128: rotate_q_kernel<128><<<blocks, 256, 0, s>>>(rot, q, dst, rows, Hq, G); break;
-    case 256: rotate_q_kernel<256><<<blocks, 256, 0, s>>>(rot, q, dst, rows, Hq, G); break;
+#define OSCAR_ROTATE_Q_CASE(HD) \
+  case HD: rotate_q_kernel<HD><<<blocks, 256, 0, s>>>(rot, q, dst, rows, Hq, G); break;
+    OSCAR_KV_HEAD_DIMS(OSCAR_ROTATE_Q_CASE)
+#undef OSCAR_ROTATE_Q_CASE
     default: return api::fail(err, OSCAR_ERR_UNSUPPORTED, "%s: head_dim=%d has no rotation kernel (64, 128 or 256)", fn, head_dim);
   }
   return api::check_launch(err, fn);

@@ -163,30 +163,19 @@ __device__ void quantize_block32(const OmniView& c, int b, int64_t t0, SrcK src_
 }
 
 // In-kernel rotation (oscar_rotation; rule oscar/rotate_math.h): rows of HD/8 lanes, 8 channels per lane.
-template <int HD>
-__device__ __forceinline__ unsigned rot_row_mask(int lane) {
-  constexpr int LR = HD / 8;
-  if constexpr (LR == 32) return 0xffffffffu;
-  else return ((1u << LR) - 1u) << (lane & ~(LR - 1));
-}
 // Writes rows r = h * 32 + i (h < H, i < 32) into stage [H * 32][HD]: src(h, i) the row, rotated by head h's
 // key or value rotation when rotate(h, i) (rows already rotated, e.g. from the residual block, are copied).
 template <int HD, class Src, class Pred>
 __device__ void stage_rows(uint16_t* stage, const RotArgs& rot, bool value, int H, Src src, Pred rotate) {
   constexpr int LR = HD / 8, RPB = kQThreads / LR;
   const int li = threadIdx.x & (LR - 1);
-  const unsigned mask = rot_row_mask<HD>(threadIdx.x & 31);
+  const unsigned mask = row_lanes_mask<HD>(threadIdx.x & 31);
   for (int r0 = 0; r0 < H * kKeyBlock; r0 += RPB) {  // every lane runs every iteration (clamped rows): the shuffles need them
     const int rr = r0 + static_cast<int>(threadIdx.x) / LR;
     const int r = rr < H * kKeyBlock ? rr : H * kKeyBlock - 1;
     const int h = r / kKeyBlock, i = r % kKeyBlock;
     uint4 w = reinterpret_cast<const uint4*>(src(h, i))[li];
-    if (rotate(h, i)) {  // uniform over the row's lanes
-      float x[8];
-      bf16x8_to_float(w, x);
-      rotate_row8<HD>(x, rot.kind, rot.kind == 2 ? head_matrix<HD>(value ? rot.value : rot.key, rot.per_head, h) : nullptr, li, mask);
-      w = pack8_bf16(x);
-    }
+    if (rotate(h, i)) w = rotate_piece<HD>(w, rot, value, h, li, mask);  // uniform over the row's lanes
     if (rr < H * kKeyBlock) reinterpret_cast<uint4*>(stage + static_cast<int64_t>(r) * HD)[li] = w;
   }
 }
@@ -195,12 +184,7 @@ template <int HD>
 __device__ __forceinline__ void copy_row(uint16_t* dst, const uint16_t* src, const RotArgs& rot, bool value, int h, int li, unsigned mask,
                                          bool write = true) {
   uint4 w = reinterpret_cast<const uint4*>(src)[li];
-  if (rot.kind) {
-    float x[8];
-    bf16x8_to_float(w, x);
-    rotate_row8<HD>(x, rot.kind, rot.kind == 2 ? head_matrix<HD>(value ? rot.value : rot.key, rot.per_head, h) : nullptr, li, mask);
-    w = pack8_bf16(x);
-  }
+  if (rot.kind) w = rotate_piece<HD>(w, rot, value, h, li, mask);
   if (write) reinterpret_cast<uint4*>(dst)[li] = w;
 }
 
@@ -241,7 +225,7 @@ __global__ void __launch_bounds__(kQThreads) prefill_kernel(OmniView c, RotArgs 
   if constexpr (ROT) {  // residual rows rotated: HD/8 lanes per (head, token) row
     constexpr int LR = HD / 8, RPB = kQThreads / LR;
     const int li = threadIdx.x & (LR - 1);
-    const unsigned mask = rot_row_mask<HD>(threadIdx.x & 31);
+    const unsigned mask = row_lanes_mask<HD>(threadIdx.x & 31);
     const int64_t rows = static_cast<int64_t>(c.Hkv) * n;
     for (int64_t r0 = 0; r0 < rows; r0 += RPB) {
       const int64_t rr = r0 + threadIdx.x / LR, r = rr < rows ? rr : rows - 1;  // clamped rows keep every lane in the shuffles
@@ -285,7 +269,7 @@ __global__ void __launch_bounds__(kQThreads) append_kernel(OmniView c, RotArgs r
     if constexpr (ROT) {  // the new token rotated into its residual slot: HD/8 lanes per head row
       constexpr int LR = HD / 8, RPB = kQThreads / LR;
       const int li = threadIdx.x & (LR - 1);
-      const unsigned mask = rot_row_mask<HD>(threadIdx.x & 31);
+      const unsigned mask = row_lanes_mask<HD>(threadIdx.x & 31);
       for (int r0 = 0; r0 < c.Hkv; r0 += RPB) {
         const int rr = r0 + static_cast<int>(threadIdx.x) / LR, h = rr < c.Hkv ? rr : c.Hkv - 1;
         copy_row<HD>(res(c.kr, h, slot), in(k, h), rot, false, h, li, mask, rr < c.Hkv);
