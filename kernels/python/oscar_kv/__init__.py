@@ -1,8 +1,9 @@
 """oscar_kv: Python access to oscar-kv's CUDA kernel library (liboscar_kernels.so) through its C API.
 
-For now the ctypes layer only (_capi): loading the library, the two cache structs, cache allocation
-through oscar_cov_cache_create / oscar_omni_cache_create, and C status codes raised as OscarError with
-the library's message.
+Layers: _capi (ctypes: loading the library, the C structs, status codes raised as OscarError with the library's
+message), checks (argument checks, no GPU needed), cache (torch-level CovKvCache / OmniKvCache on torch's current
+stream, CUDA-graph safe), hf (transformers integration: OscarCache + the "oscar_kv" attention function; imported
+on demand: `import oscar_kv.hf`). Importing oscar_kv itself needs neither torch nor a GPU.
 """
 from ._capi import (  # noqa: F401
     COV_RECENT,
@@ -19,3 +20,5 @@ from ._capi import (  # noqa: F401
     default_library_path,
     load,
 )
+from .cache import CovKvCache, KernelRotation, OmniKvCache  # noqa: F401
+from .checks import CacheSpec  # noqa: F401
