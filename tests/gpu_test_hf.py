@@ -7,8 +7,9 @@ per layer, oscar-cov-head with one per KV head), a batch of two left-padded prom
 both formats' bodies, windows and residual blocks are in use) generates 40 tokens greedily. Every decode-kernel call
 is checked against an fp32 decode over the same cache read back by tests/python_twins.py (relative error of the
 output <= 2e-2); the layers on the kernels must be the ones layer_plan names (sliding-window, soft-capped and sink
-layers stay on an ordinary cache); a padded sequence must decode exactly as when it runs alone (same tokens); beam
-search (2 beams) runs; crop() raises. Exit 0 passed, 1 failed, 77 skipped (no torch/transformers/CUDA/library).
+layers stay on an ordinary cache); a left-padded sequence must decode as when it runs alone (while the greedy
+tokens agree, each step's logits within 1% relative: an attended pad moves them further); beam search (2 beams)
+runs; crop() raises. Exit 0 passed, 1 failed, 77 skipped (no torch/transformers/CUDA/library).
 """
 import argparse
 import math
@@ -111,7 +112,7 @@ def expected_kernel_layers(arch, n):
     return list(range(n))
 
 
-def run_arch(arch, quick, tmp):
+def run_arch(arch, quick, tmp, one=False):
     name, model = model_for(arch)
     cfg = model.config.get_text_config()
     n = cfg.num_hidden_layers
@@ -125,6 +126,8 @@ def run_arch(arch, quick, tmp):
     recipes = [("oscar-omni", 2), ("oscar-omni", 4), ("oscar-cov", 2), ("oscar-cov-head", 2)]
     if quick:
         recipes = recipes[:1] + recipes[2:3]
+    if one:
+        recipes = recipes[:1]
     for recipe, bits in recipes:
         rot = None
         if recipe.startswith("oscar-cov"):
@@ -134,21 +137,41 @@ def run_arch(arch, quick, tmp):
         want = expected_kernel_layers(name, n)
         check(cache.kernel_layers() == want, f"{name} {recipe}: kernel layers {cache.kernel_layers()}, expected {want}")
         with DecodeChecker() as chk, torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, max_new_tokens=new,
-                                 do_sample=False, pad_token_id=0)
+            gen = model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, max_new_tokens=new,
+                                 do_sample=False, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+        out = gen.sequences
         steps = new - 1
         check(chk.calls == len(want) * steps, f"{name} {recipe}@{bits}: {chk.calls} decode calls, expected "
               f"{len(want)} layers x {steps} steps")
         check(chk.worst <= 2e-2, f"{name} {recipe}@{bits}: decode vs fp32 reference rel err {chk.worst:.2e} > 2e-2")
-        # the padded sequence alone (no padding) must give the same tokens
+        if one:
+            print(f"{name} {recipe}@{bits}: {chk.calls} decode calls, worst rel err {chk.worst:.1e}")
+            return
+        # The padded sequence alone (no padding): while its tokens agree, the logits of each step (the cache read
+        # through the kernels) agree up to rounding; attending a pad would move them by O(1).
         alone = okv.OscarCache(model, recipe, bits=bits, max_cache_len=P + new + 8, rotations=rot)
         with torch.no_grad():
-            out1 = model.generate(input_ids=ids[1:, 30:], past_key_values=alone, max_new_tokens=new, do_sample=False,
-                                  pad_token_id=0)
-        same = (out1[0, -new:] == out[1, -new:]).float().mean().item()
-        check(same >= 0.9, f"{name} {recipe}@{bits}: padded sequence vs alone: {same:.2f} of tokens equal")
+            gen1 = model.generate(input_ids=ids[1:, 30:], past_key_values=alone, max_new_tokens=new, do_sample=False,
+                                  pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+        a, b = gen.sequences[1, -new:], gen1.sequences[0, -new:]
+        agree = int((a != b).nonzero()[0, 0]) if bool((a != b).any()) else new
+        diffs = [((gen.logits[t][1] - gen1.logits[t][0]).norm() / gen1.logits[t][0].norm()).item()
+                 for t in range(1, min(agree + 1, new))]
+        worst_pad = max(diffs) if diffs else float("nan")
+        check(agree >= 2 and worst_pad <= 0.01, f"{name} {recipe}@{bits}: padded vs alone: {agree} tokens agree, "
+              f"logits rel diff {worst_pad:.2e} over the {len(diffs)} cached steps (bound 0.01)")
+        if name == "llama" and recipe == "oscar-omni" and bits == 2:  # the measure sees attended pads
+            unmasked = okv.OscarCache(model, recipe, bits=bits, max_cache_len=P + new + 8, rotations=rot)
+            with torch.no_grad():
+                gen2 = model.generate(input_ids=ids, attention_mask=torch.ones_like(mask), past_key_values=unmasked,
+                                      max_new_tokens=2, do_sample=False, pad_token_id=0, output_logits=True,
+                                      return_dict_in_generate=True)
+            control = ((gen2.logits[1][1] - gen1.logits[1][0]).norm() / gen1.logits[1][0].norm()).item()
+            check(gen2.sequences[1, -2] != gen1.sequences[0, -new] or control > 0.01,
+                  f"control: with the pads attended the logits moved only {control:.2e}")
+            print(f"control (pads attended): logits rel diff {control:.2e}")
         print(f"{name:17s} {recipe:14s}@{bits}: {cache.summary()}; {chk.calls} decode calls, worst rel err "
-              f"{chk.worst:.1e}, padded vs alone {same:.2f}", flush=True)
+              f"{chk.worst:.1e}; padded vs alone: {agree} of {new} tokens equal, logits {worst_pad:.1e}", flush=True)
         for c in (cache, alone):
             for layer in c.layers:
                 if isinstance(layer, okv.OscarLayer) and layer.kv is not None:
@@ -164,7 +187,7 @@ def run_arch(arch, quick, tmp):
         check(False, f"{name}: beam search raised {type(e).__name__}: {e}")
     if cache.kernel_layers():
         try:
-            cache.crop(-1)
+            cache.layers[cache.kernel_layers()[0]].crop(-1)
             check(False, f"{name}: crop() did not raise")
         except NotImplementedError as e:
             check("assisted" in str(e), f"{name}: crop message {e}")
@@ -173,13 +196,14 @@ def run_arch(arch, quick, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", default="all")
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="oscar-omni@2 and oscar-cov@2 only")
+    ap.add_argument("--one", action="store_true", help="one generate per architecture (oscar-omni@2), for memcheck")
     args = ap.parse_args()
     archs = hf_dump.ARCHS + ["mistral-nowindow"] if args.arch == "all" else args.arch.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         for arch in archs:
             try:
-                run_arch(arch, args.quick, tmp)
+                run_arch(arch, args.quick, tmp, args.one)
             except Exception as e:
                 import traceback
                 traceback.print_exc()
