@@ -58,11 +58,21 @@ class OscarError(RuntimeError):
 
 
 def default_library_path():
-    """OSCAR_KERNELS_LIB, else build/kernels/liboscar_kernels.so of the checkout this file lies in."""
+    """OSCAR_KERNELS_LIB; else OSCAR_BUILD/kernels/liboscar_kernels.so; else a liboscar_kernels.so beside this file
+    (a copied installation); else build/kernels/liboscar_kernels.so of the checkout this file lies in (editable)."""
     env = os.environ.get("OSCAR_KERNELS_LIB")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[3] / "build" / "kernels" / "liboscar_kernels.so"
+    name = "liboscar_kernels.so"
+    cands = ([Path(os.environ["OSCAR_BUILD"]) / "kernels" / name] if os.environ.get("OSCAR_BUILD") else []) + \
+        [Path(__file__).resolve().parent / name]
+    here = Path(__file__).resolve().parents
+    if len(here) > 3:
+        cands.append(here[3] / "build" / "kernels" / name)
+    for c in cands:
+        if c.is_file():
+            return c
+    return cands[-1]
 
 
 _vp, _i32, _i64, _f32, _size = C.c_void_p, C.c_int32, C.c_int64, C.c_float, C.c_size_t

@@ -1,0 +1,24 @@
+"""oscar_kv: Python access to oscar-kv's CUDA kernel library (liboscar_kernels.so) through its C API.
+
+Layers: _capi (ctypes: loading the library, the C structs, status codes raised as OscarError with the library's
+message), checks (argument checks, no GPU needed), cache (torch-level CovKvCache / OmniKvCache on torch's current
+stream, CUDA-graph safe), hf (transformers integration: OscarCache + the "oscar_kv" attention function; imported
+on demand: `import oscar_kv.hf`). Importing oscar_kv itself needs neither torch nor a GPU.
+"""
+from ._capi import (  # noqa: F401
+    COV_RECENT,
+    COV_SINK,
+    CovCache,
+    Error,
+    Kernels,
+    OmniCache,
+    OscarError,
+    ROTATION_HADAMARD,
+    ROTATION_MATRIX,
+    ROTATION_NONE,
+    Rotation,
+    default_library_path,
+    load,
+)
+from .cache import CovKvCache, KernelRotation, OmniKvCache  # noqa: F401
+from .checks import CacheSpec  # noqa: F401

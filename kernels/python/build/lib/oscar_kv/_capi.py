@@ -1,0 +1,180 @@
+"""_capi.py: ctypes binding of the C API in kernels/include/oscar_kernels.h and oscar_kv.h.
+
+Contract: the structs mirror oscar_cov_cache / oscar_omni_cache field for field; every cache is allocated
+by the library's own allocator (oscar_cov_cache_create / oscar_omni_cache_create, sizes from the format
+units cov_format.h / omni_format.h) and released with the matching destroy; a status other than OSCAR_OK
+raises OscarError carrying the status and the library's message. Device pointers are plain integers
+(torch's data_ptr(), or a cache field).
+"""
+import ctypes as C
+import os
+from pathlib import Path
+
+OSCAR_OK = 0
+STATUS_NAMES = {0: "OSCAR_OK", 1: "OSCAR_ERR_INVALID_ARGUMENT", 2: "OSCAR_ERR_UNSUPPORTED", 3: "OSCAR_ERR_MISALIGNED",
+                4: "OSCAR_ERR_CUDA", 5: "OSCAR_ERR_NO_DEVICE"}
+
+# oscar-cov defaults (covfmt::kDefaultSink / kDefaultRecent).
+COV_SINK, COV_RECENT = 64, 256
+
+
+class Error(C.Structure):
+    """oscar_error: the one-line message a failing call leaves."""
+    _fields_ = [("message", C.c_char * 512)]
+
+
+class Rotation(C.Structure):
+    """oscar_rotation (oscar_kv.h): kind 0 none, 1 Hadamard, 2 matrix (key/value: device float32 R_K/R_V pointers)."""
+    _fields_ = [("kind", C.c_int32), ("per_head", C.c_int32), ("key", C.c_void_p), ("value", C.c_void_p)]
+
+
+ROTATION_NONE, ROTATION_HADAMARD, ROTATION_MATRIX = 0, 1, 2
+
+
+class CovCache(C.Structure):
+    """oscar_cov_cache (oscar_kv.h)."""
+    _fields_ = [("batch", C.c_int32), ("num_kv_heads", C.c_int32), ("head_dim", C.c_int32), ("bits", C.c_int32),
+                ("sink", C.c_int32), ("recent", C.c_int32), ("body_capacity", C.c_int64),
+                ("clip_k", C.c_float), ("clip_v", C.c_float)] + \
+               [(n, C.c_void_p) for n in ("k_sink", "v_sink", "k_recent", "v_recent", "k_codes", "v_codes",
+                                          "k_params", "v_params")]
+
+
+class OmniCache(C.Structure):
+    """oscar_omni_cache (oscar_kv.h)."""
+    _fields_ = [("batch", C.c_int32), ("num_kv_heads", C.c_int32), ("head_dim", C.c_int32), ("bits", C.c_int32),
+                ("body_capacity", C.c_int64)] + \
+               [(n, C.c_void_p) for n in ("k_res", "v_res", "k_codes", "v_codes", "k_params", "v_params", "k_norms")]
+
+
+class OscarError(RuntimeError):
+    """A C API call returned a status other than OSCAR_OK: .status (int), .status_name, .message (the library's)."""
+
+    def __init__(self, status, message):
+        self.status = int(status)
+        self.status_name = STATUS_NAMES.get(self.status, f"status {self.status}")
+        self.message = message
+        super().__init__(f"{message} ({self.status_name})")
+
+
+def default_library_path():
+    """OSCAR_KERNELS_LIB; else OSCAR_BUILD/kernels/liboscar_kernels.so; else a liboscar_kernels.so beside this file
+    (a copied installation); else build/kernels/liboscar_kernels.so of the checkout this file lies in (editable)."""
+    env = os.environ.get("OSCAR_KERNELS_LIB")
+    if env:
+        return Path(env)
+    name = "liboscar_kernels.so"
+    cands = ([Path(os.environ["OSCAR_BUILD"]) / "kernels" / name] if os.environ.get("OSCAR_BUILD") else []) + \
+        [Path(__file__).resolve().parent / name]
+    here = Path(__file__).resolve().parents
+    if len(here) > 3:
+        cands.append(here[3] / "build" / "kernels" / name)
+    for c in cands:
+        if c.is_file():
+            return c
+    return cands[-1]
+
+
+_vp, _i32, _i64, _f32, _size = C.c_void_p, C.c_int32, C.c_int64, C.c_float, C.c_size_t
+_err, _cov, _omni, _rot = C.POINTER(Error), C.POINTER(CovCache), C.POINTER(OmniCache), C.POINTER(Rotation)
+# name: (restype, argtypes); a status-returning function's last argument is its oscar_error*.
+_SIGNATURES = {
+    "oscar_status_name": (C.c_char_p, [C.c_int]),
+    "oscar_device_count": (C.c_int, []),
+    "oscar_cov_shape_supported": (C.c_int, [_i32, _i32]),
+    "oscar_omni_shape_supported": (C.c_int, [_i32, _i32]),
+    "oscar_max_query_group": (C.c_int, []),
+    "oscar_fwht_f32": (C.c_int, [_vp, _i64, _i32, _i32, _vp, _err]),
+    "oscar_fwht_bf16": (C.c_int, [_vp, _i64, _i32, _i32, _vp, _err]),
+    "oscar_cov_cache_create": (C.c_int, [_cov, _i32, _i32, _i32, _i32, _i32, _i32, _i64, _err]),
+    "oscar_cov_cache_bytes": (_i64, [_i32, _i32, _i32, _i32, _i32, _i32, _i64]),
+    "oscar_cov_cache_destroy": (C.c_int, [_cov, _err]),
+    "oscar_cov_capacity": (_i64, [_cov]),
+    "oscar_cov_prefill": (C.c_int, [_cov, _vp, _vp, _vp, _i32, _vp, _err]),
+    "oscar_cov_append": (C.c_int, [_cov, _vp, _vp, _vp, _i32, _vp, _err]),
+    "oscar_cov_decode": (C.c_int, [_cov, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
+    "oscar_cov_prefill_rotated": (C.c_int, [_cov, _rot, _vp, _vp, _vp, _i32, _vp, _err]),
+    "oscar_cov_append_rotated": (C.c_int, [_cov, _rot, _vp, _vp, _vp, _i32, _vp, _err]),
+    "oscar_cov_decode_rotated": (C.c_int, [_cov, _rot, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
+    "oscar_omni_prefill_rotated": (C.c_int, [_omni, _rot, _vp, _vp, _vp, _i32, _vp, _err]),
+    "oscar_omni_append_rotated": (C.c_int, [_omni, _rot, _vp, _vp, _vp, _i32, _vp, _err]),
+    "oscar_omni_decode_rotated": (C.c_int, [_omni, _rot, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
+    "oscar_decode_workspace_bytes": (_size, [_i32, _i32, _i32, _i32, _i32, _i32]),
+    "oscar_bf16_decode": (C.c_int, [_vp, _vp, _i32, _i32, _i64, _i32, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
+    "oscar_omni_cache_create": (C.c_int, [_omni, _i32, _i32, _i32, _i32, _i64, _err]),
+    "oscar_omni_cache_bytes": (_i64, [_i32, _i32, _i32, _i32, _i64]),
+    "oscar_omni_cache_destroy": (C.c_int, [_omni, _err]),
+    "oscar_omni_capacity": (_i64, [_omni]),
+    "oscar_omni_prefill": (C.c_int, [_omni, _vp, _vp, _vp, _i32, _vp, _err]),
+    "oscar_omni_append": (C.c_int, [_omni, _vp, _vp, _vp, _i32, _vp, _err]),
+    "oscar_omni_decode": (C.c_int, [_omni, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
+}
+
+
+class Kernels:
+    """The loaded library. Attribute access gives the raw C functions (signatures declared); call() runs
+    a status-returning one and raises OscarError on failure; the cache helpers allocate and free caches."""
+
+    def __init__(self, path=None):
+        self.path = Path(path) if path else default_library_path()
+        if not self.path.is_file():
+            raise FileNotFoundError(f"{self.path}: the oscar-kv kernel library is not there; build it "
+                                    f"(cmake --build build --target oscar_kernels_shared) or set OSCAR_KERNELS_LIB")
+        self.dll = C.CDLL(str(self.path))
+        for name, (res, args) in _SIGNATURES.items():
+            f = getattr(self.dll, name)
+            f.restype, f.argtypes = res, args
+
+    def __getattr__(self, name):  # only reached for names the instance lacks: the C functions
+        if name == "dll":
+            raise AttributeError(name)
+        return getattr(self.dll, name)
+
+    def call(self, name, *args):
+        """Calls C function `name` with `args` and a fresh oscar_error; raises OscarError unless OSCAR_OK."""
+        err = Error()
+        status = getattr(self.dll, name)(*args, C.byref(err))
+        if status != OSCAR_OK:
+            raise OscarError(status, err.message.decode(errors="replace"))
+
+    def device_count(self):
+        return self.dll.oscar_device_count()
+
+    def cov_cache_bytes(self, batch, kv_heads, head_dim, bits, capacity, sink=COV_SINK, recent=COV_RECENT):
+        return self.dll.oscar_cov_cache_bytes(batch, kv_heads, head_dim, bits, sink, recent, capacity)
+
+    def omni_cache_bytes(self, batch, kv_heads, head_dim, bits, capacity):
+        return self.dll.oscar_omni_cache_bytes(batch, kv_heads, head_dim, bits, capacity)
+
+    def cov_cache_create(self, batch, kv_heads, head_dim, bits, capacity, sink=COV_SINK, recent=COV_RECENT):
+        """An oscar-cov cache whose (sequence, KV head) rows hold up to `capacity` tokens; free with cov_cache_destroy."""
+        c = CovCache()
+        self.call("oscar_cov_cache_create", C.byref(c), batch, kv_heads, head_dim, bits, sink, recent, capacity)
+        return c
+
+    def cov_cache_destroy(self, cache):
+        self.call("oscar_cov_cache_destroy", C.byref(cache))
+
+    def omni_cache_create(self, batch, kv_heads, head_dim, bits, capacity):
+        """An oscar-omni cache whose sequences hold up to `capacity` tokens; free with omni_cache_destroy."""
+        c = OmniCache()
+        self.call("oscar_omni_cache_create", C.byref(c), batch, kv_heads, head_dim, bits, capacity)
+        return c
+
+    def omni_cache_destroy(self, cache):
+        self.call("oscar_omni_cache_destroy", C.byref(cache))
+
+    def decode_workspace_bytes(self, batch, q_heads, kv_heads, head_dim, max_seq_len, quantized):
+        return self.dll.oscar_decode_workspace_bytes(batch, q_heads, kv_heads, head_dim, max_seq_len, int(bool(quantized)))
+
+
+_loaded = {}
+
+
+def load(path=None):
+    """The library at `path` (default: default_library_path()), loaded once per path."""
+    p = Path(path) if path else default_library_path()
+    key = str(p.resolve()) if p.exists() else str(p)
+    if key not in _loaded:
+        _loaded[key] = Kernels(p)
+    return _loaded[key]
