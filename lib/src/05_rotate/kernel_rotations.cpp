@@ -137,16 +137,21 @@ KernelRotations run_kernel_rotations(const KernelRotationRequest& req) {
     save_kernel_rotations(k, req.out);
     return k;
   }
-  const DumpLayerSource cal(req.calib);  // opens and validates the dump (missing, truncated, not a dump: errors naming it)
+  {
+    std::error_code ec;
+    if (!std::filesystem::exists(req.calib, ec))
+      fail("{}: no such file; give the calibration dump (written by oscar-dump or experiments/hf_dump.py) or fix the path", req.calib);
+  }
+  const DumpLayerSource cal(req.calib);  // opens and validates the dump (truncated, not a dump: errors naming it)
   const DumpInfo& I = cal.info();
-  auto same = [&](const char* flag, int given, int dump) {
+  auto same = [&](const char* flag, const char* what, int given, int dump) {
     if (given > 0 && given != dump)
-      fail("{}: the dump has {} = {} but {} {} was given; drop {} (the dump states it) or pass the dump of that model", req.calib,
-           flag + 2, dump, flag, given, flag);
+      fail("{}: the dump has {} {} but {} {} was given; drop {} (the dump states it) or pass a dump of that model", req.calib,
+           what, dump, flag, given, flag);
   };
-  same("--head-dim", req.head_dim, I.head_dim);
-  same("--layers", req.layers, I.n_layers);
-  same("--kv-heads", req.kv_heads, I.n_kv_heads);
+  same("--head-dim", "head_dim", req.head_dim, I.head_dim);
+  same("--layers", "n_layers", req.layers, I.n_layers);
+  same("--kv-heads", "n_kv_heads", req.kv_heads, I.n_kv_heads);
   std::optional<CovarianceRotations> calib;
   if (r.calibrated()) calib.emplace(fit_covariance_rotations(cal, req.progress, r.calibrated_per_kv_head()));
   KernelRotations k = kernel_rotations(r, I.n_layers, I.head_dim, I.n_kv_heads, calib ? &*calib : nullptr, req.calib);
