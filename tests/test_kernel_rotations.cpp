@@ -268,3 +268,31 @@ TEST_CASE("the loader refuses broken files, naming them", "[kernel-rotations]") 
   REQUIRE_THROWS_WITH(load_kernel_rotations(trunc), Contains("trunc.h5"));
   REQUIRE_THROWS_WITH(load_kernel_rotations(out_path("absent.h5")), Contains("absent.h5") && Contains("no such file"));
 }
+
+TEST_CASE("kjv-llama-hd128 (head_dim 128, 2 KV heads): the kernels' shape, the caches' matrices", "[kernel-rotations]") {
+  DumpRequest req{test::hd128_model(), test::stories_tokenizer(), test::kjv_text(), (test::scratch() / "hd128-cal.h5").string()};
+  req.tokens = 256;
+  req.progress = false;
+  if (!fs::exists(req.out)) dump_passage(req);
+  for (const std::string recipe : {"oscar-cov", "oscar-cov-head"}) {
+    const std::string out = out_path(recipe + "-hd128.h5");
+    write(recipe, out, req.out);
+    const KernelRotations k = load_kernel_rotations(out);
+    REQUIRE(k.head_dim == 128);
+    REQUIRE(k.n_kv_heads == 2);
+    REQUIRE(k.n_layers == 6);
+    REQUIRE(k.model_name == "kjv-llama-hd128");
+    REQUIRE(k.matrices() == (recipe == "oscar-cov-head" ? 2 : 1));
+    const std::vector<LayerRotations> ref = cache_rotations(recipe, req.out);
+    for (int l = 0; l < k.n_layers; ++l)
+      for (int h = 0; h < k.matrices(); ++h) {
+        const Eigen::MatrixXd RK = mat(k.key[l], h, 128), RV = mat(k.value[l], h, 128);
+        CHECK((RK - ref[l].key(h).matrix()).cwiseAbs().maxCoeff() < 1e-6);
+        CHECK((RV - ref[l].value(h).matrix()).cwiseAbs().maxCoeff() < 1e-6);
+        CHECK(ortho_err(RK) < 1e-5);
+        CHECK(ortho_err(RV) < 1e-5);
+      }
+    if (k.per_kv_head)
+      for (int l = 0; l < k.n_layers; ++l) CHECK((mat(k.key[l], 0, 128) - mat(k.key[l], 1, 128)).cwiseAbs().maxCoeff() > 1e-3);
+  }
+}
