@@ -2,7 +2,8 @@
 # gpu_checks.sh DEVBIN OUT [tests|bench|all]: everything a GPU session verifies, in one command, on binaries packed by
 # pack.sh (DEVBIN = the unpacked folder with bin/ and lib/): every GPU test (gpu_test_ops --slow, gpu_test_eval;
 # logs in OUT), compute-sanitizer memcheck on a selection of gpu_test_ops's cases, the kernel benchmark (oscar-bench, Markdown + JSON), PyTorch SDPA side by
-# side (bench_vs_sdpa.py, when torch is importable; with large_shape_check.py first) and oscar-eval --gpu for oscar-omni and oscar-cov.
+# side (bench_vs_sdpa.py, when torch is importable; with large_shape_check.py first), oscar-eval --gpu for oscar-omni and oscar-cov,
+# and, where torch and transformers are importable, the Python package's GPU tests (caches, graphs, generate, memcheck).
 # The test binaries have the data folder compiled in as the build machine's /work/main: where that path
 # does not exist, it is linked to this checkout. Prints one line per step; exits 1 if any step failed.
 set -uo pipefail
@@ -31,6 +32,12 @@ step gpu_test_ops 900 "$devbin/bin/gpu_test_ops" --slow
 step gpu_test_eval 300 "$devbin/bin/gpu_test_eval"
 step memcheck_gpu_test_ops 900 compute-sanitizer --tool memcheck --error-exitcode 1 "$devbin/bin/gpu_test_ops" \
   -o fwht,prefill,append,decode,api -s hd128,mix-h3,stress-h2,mix-hd64-h3,stress-hd256-h2,peaky-g4,stress-g4-appended,stress-g3-hd64-appended,stress-g2-hd256-appended,peaky-g16,bad-input
+if python3 -c "import torch, transformers" 2>/dev/null; then  # the Python package: caches, graphs, transformers
+  export OSCAR_KERNELS_LIB="$devbin/lib/liboscar_kernels.so" PATH="$devbin/bin:$PATH"
+  step gpu_test_python_cache 300 python3 tests/gpu_test_python_cache.py
+  step gpu_test_hf 600 python3 tests/gpu_test_hf.py
+  step memcheck_generate 400 compute-sanitizer --tool memcheck --error-exitcode 1 python3 tests/gpu_test_hf.py --arch llama --one
+fi
 fi
 if [ "$what" != tests ]; then
 step oscar_bench 400 "$devbin/bin/oscar-bench" --reps 30 --json "$out/oscar_bench.json"
