@@ -160,7 +160,7 @@ def run_arch(arch, quick, tmp, one=False):
         diffs = [((gen.logits[t][1] - gen1.logits[t][0]).norm() / gen1.logits[t][0].norm()).item()
                  for t in range(1, min(agree + 1, new))]
         worst_pad = statistics.median(diffs) if diffs else float("nan")
-        check(agree >= 2 and worst_pad <= 0.05, f"{name} {recipe}@{bits}: padded vs alone: {agree} tokens agree, "
+        check(len(diffs) >= 1 and worst_pad <= 0.05, f"{name} {recipe}@{bits}: padded vs alone: {agree} tokens agree, "
               f"median logits rel diff {worst_pad:.2e} over the {len(diffs)} cached steps (bound 0.05)")
         if name == "llama" and recipe == "oscar-omni" and bits == 2:  # the measure sees attended pads
             unmasked = okv.OscarCache(model, recipe, bits=bits, max_cache_len=P + new + 8, rotations=rot)
