@@ -101,7 +101,7 @@ def model_for(arch):
         arch, window = "mistral", None
     cfg = hf_dump.tiny_config(arch, head_dim=64, sliding_window=window)
     model, _, _, _ = hf_dump.build_random(arch, "cuda", torch.float32, cfg=cfg)
-    return name, okv.enable(model.eval())
+    return name, model.eval()
 
 
 def expected_kernel_layers(arch, n):
@@ -116,6 +116,7 @@ def expected_kernel_layers(arch, n):
 
 def run_arch(arch, quick, tmp, one=False):
     name, model = model_for(arch)
+    own_attn = model.config._attn_implementation
     cfg = model.config.get_text_config()
     n = cfg.num_hidden_layers
     g = torch.Generator().manual_seed(7)
@@ -125,6 +126,11 @@ def run_arch(arch, quick, tmp, one=False):
     mask[1, :30] = 0  # the second prompt: 300 real tokens, left-padded
     ids[1, :30] = 0
     new = 40
+    # full precision with the model's own attention and cache: the reference of the fallback layers
+    with torch.no_grad():
+        full = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, do_sample=False,
+                              min_new_tokens=new, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+    okv.enable(model)
     recipes = [("oscar-omni", 2), ("oscar-omni", 4), ("oscar-cov", 2), ("oscar-cov-head", 2)]
     if quick:
         recipes = recipes[:1] + recipes[2:3]
@@ -142,6 +148,11 @@ def run_arch(arch, quick, tmp, one=False):
             gen = model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, max_new_tokens=new,
                                  do_sample=False, min_new_tokens=new, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
         out = gen.sequences
+        fp_agree = (out[:, -new:] == full.sequences[:, -new:]).float().mean().item()
+        if not want:  # every layer on an ordinary cache: exactly the model without oscar-kv
+            dl = max(((a - b).norm() / b.norm()).item() for a, b in zip(gen.logits, full.logits))
+            check(fp_agree == 1.0 and dl <= 1e-4, f"{name} {recipe}@{bits}: all layers fall back, yet tokens agree "
+                  f"{fp_agree:.2f} and logits differ {dl:.1e} from the model's own attention ({own_attn})")
         steps = new - 1
         check(chk.calls == len(want) * steps, f"{name} {recipe}@{bits}: {chk.calls} decode calls, expected "
               f"{len(want)} layers x {steps} steps")
@@ -172,7 +183,8 @@ def run_arch(arch, quick, tmp, one=False):
             check(control > 0.5, f"control: with the pads attended the logits moved only {control:.2e}")
             print(f"control (pads attended): logits rel diff {control:.2e}")
         print(f"{name:17s} {recipe:14s}@{bits}: {cache.summary()}; {chk.calls} decode calls, worst rel err "
-              f"{chk.worst:.1e}; padded vs alone: {agree} of {new} tokens equal, median logits diff {worst_pad:.1e}", flush=True)
+              f"{chk.worst:.1e}; padded vs alone: {agree} of {new} tokens equal, median logits diff {worst_pad:.1e}; "
+              f"tokens equal to full precision's: {fp_agree:.2f}", flush=True)
         for c in (cache, alone):
             for layer in c.layers:
                 if isinstance(layer, okv.OscarLayer) and layer.kv is not None:

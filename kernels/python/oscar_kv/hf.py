@@ -18,6 +18,7 @@ Beam search works (the caches are reordered on the device); crop() (assisted dec
 """
 import os
 import shutil
+import sys
 import subprocess
 import tempfile
 
@@ -25,7 +26,7 @@ import torch
 from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from . import _capi
 from .cache import CovKvCache, KernelRotation, OmniKvCache
@@ -38,9 +39,9 @@ MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "gemma3
 
 
 def register():
-    """Registers the "oscar_kv" attention function and its (SDPA-style boolean) mask with transformers."""
+    """Registers the "oscar_kv" attention function and its mask (additive, as eager attention needs; SDPA takes it too)."""
     AttentionInterface.register(ATTN_NAME, oscar_attention)
-    AttentionMaskInterface.register(ATTN_NAME, sdpa_mask)
+    AttentionMaskInterface.register(ATTN_NAME, eager_mask)
 
 
 def enable(model):
@@ -52,11 +53,12 @@ def enable(model):
 
 def oscar_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """transformers attention function: layers whose cache layer is an OscarLayer attend through the kernels;
-    every other call is SDPA (transformers' own function, so fallback layers compute exactly as with "sdpa")."""
+    every other call is transformers' own SDPA function, or the model's eager attention where the layer soft-caps
+    its logits or adds sink logits (so fallback layers compute what the model computes without oscar-kv)."""
     layer = getattr(key, "_oscar_layer", None)
     if layer is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        return _ordinary_attention(module, kwargs)(module, query, key, value, attention_mask, dropout=dropout,
+                                                   scaling=scaling, **kwargs)
     for name in ("softcap", "s_aux", "sinks", "sliding_window"):
         if kwargs.get(name) is not None:
             raise RuntimeError(f"layer {layer.layer_idx}: the model passes {name}={kwargs[name]!r} to attention, which the "
@@ -65,6 +67,17 @@ def oscar_attention(module, query, key, value, attention_mask, dropout=0.0, scal
     if scaling is None:
         scaling = getattr(module, "scaling", query.shape[-1] ** -0.5)
     return layer.attend(module, query, key, value, attention_mask, dropout, scaling, kwargs)
+
+
+def _ordinary_attention(module, kwargs):
+    """SDPA, or the model's own eager attention where soft-capping or sink logits need it (SDPA has neither)."""
+    if kwargs.get("softcap") is None and kwargs.get("s_aux") is None and kwargs.get("sinks") is None:
+        return sdpa_attention_forward
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if eager is None:
+        raise RuntimeError(f"{type(module).__name__}: soft-capping or sink logits need the model's eager attention, "
+                           "which its module does not define; report the architecture")
+    return eager
 
 
 def _valid_keys(mask, B, L):
