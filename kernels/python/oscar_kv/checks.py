@@ -86,7 +86,8 @@ class CacheSpec:
         if tuple(v.shape) != tuple(k.shape):
             raise ValueError(f"v: shape {list(v.shape)} differs from k's {list(k.shape)}")
         if L > self.capacity:
-            raise ValueError(f"k: {L} tokens, the cache holds {self.capacity}; create it with a larger capacity")
+            raise ValueError(f"k: {L} tokens, the cache holds {self.capacity}; create it with a larger capacity "
+                             "(OscarCache: max_cache_len)")
         if lengths is not None and not isinstance(lengths, (list, tuple)):
             check_tensor("lengths", lengths, "int32", (B,), self.device, " (tokens of each sequence)")
         if isinstance(lengths, (list, tuple)):
@@ -99,7 +100,8 @@ class CacheSpec:
         for name, t in (("k_new", k_new), ("v_new", v_new)):
             check_tensor(name, t, "bfloat16", (B, H, D), self.device, " ([batch][kv_heads][head_dim])")
         if max_len + 1 > self.capacity:
-            raise ValueError(f"append: the cache is full ({self.capacity} tokens per sequence); create it with a larger capacity")
+            raise ValueError(f"append: the cache is full ({self.capacity} tokens per sequence); create it with a larger "
+                             "capacity (OscarCache: max_cache_len)")
 
     def check_decode(self, q, out):
         B, Hq, D = self.batch, self.num_q_heads, self.head_dim
