@@ -63,8 +63,8 @@ QK = (HQ + HKV) * HD  # q and k columns of the fused QKV projection
 SCALE = 1.0 / math.sqrt(HD)
 BF16 = torch.bfloat16
 GiB = 2**30
-KINDS = ("bf16", "cov", "omni")
-NAMES = {"bf16": "BF16 (SDPA)", "cov": "oscar-cov INT2", "omni": "oscar-omni INT2"}
+KINDS = ("bf16", "cov", "cov-fold", "omni")
+NAMES = {"bf16": "BF16 (SDPA)", "cov": "oscar-cov INT2", "cov-fold": "oscar-cov INT2, R_K in torch", "omni": "oscar-omni INT2"}
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
             "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
 
@@ -172,6 +172,9 @@ class Bf16Attention:
         o = F.scaled_dot_product_attention(q.unsqueeze(2), self.k[layer], self.v[layer], enable_gqa=True)
         return o.reshape(self.B, HQ * HD)
 
+    def decode_only(self, layer, q):
+        return self.sdpa(q, layer)
+
     def __call__(self, layer, q, k, v):
         self.k[layer].index_copy_(2, self.wpos, k.unsqueeze(2))
         self.v[layer].index_copy_(2, self.wpos, v.unsqueeze(2))
@@ -197,6 +200,8 @@ def random_orthogonal(seed):
 
 
 def make_cache(kind, batch, capacity, layer, lib, dev, bits=BITS):
+    if kind == "cov-fold":  # the rotations outside the kernels (OscarAttention)
+        return oscar_kv.CovKvCache(batch, HKV, HD, bits, capacity, HQ, device=dev, lib=lib)
     if kind == "cov":
         rot = oscar_kv.KernelRotation.matrices(random_orthogonal(2 * layer + 1), random_orthogonal(2 * layer + 2))
         return oscar_kv.CovKvCache(batch, HKV, HD, bits, capacity, HQ, rotation=rot, device=dev, lib=lib)
@@ -213,14 +218,19 @@ def copy_cache(src, dst):
 
 
 class OscarAttention:
-    """One oscar_kv cache per layer: append the new token, decode, cast the float32 output back to bf16."""
+    """One oscar_kv cache per layer: append the new token, decode, cast the float32 output back to bf16.
+    cov-fold: the kernels rotate nothing; q and k (after RoPE) are multiplied by the layer's R_K in torch (one small
+    matmul each), and R_V is taken as folded into W_v and W_o offline (v R_V, R_V^T W_o per head: with random weights
+    that is another random matrix, so nothing runs for it)."""
     grows = True
 
     def __init__(self, kind, batch, capacity, layers, lib, dev):
         self.kind, self.B, self.capacity, self.lib, self.dev = kind, batch, capacity, lib, dev
-        self.caches = []
+        self.caches, self.rk = [], []
         for layer in range(layers):
             self.caches.append(make_cache(kind, batch, capacity, layer, lib, dev))
+            if kind == "cov-fold":
+                self.rk.append(random_orthogonal(2 * layer + 1).to(device=dev, dtype=BF16))
         self.out = torch.empty(batch, HQ, HD, dtype=torch.float32, device=dev)
         self.nbytes = sum(c.nbytes + c.workspace.numel() for c in self.caches)
         self.len, self.bound = 0, 0  # host: tokens each sequence holds; the append bound of the calls to come
@@ -269,9 +279,15 @@ class OscarAttention:
 
     def __call__(self, layer, q, k, v):
         c = self.caches[layer]
+        if self.rk:
+            q, k = q @ self.rk[layer], k @ self.rk[layer]
         c.append(k, v, max_seq_len=self.bound)
         c.decode(q, SCALE, out=self.out, max_seq_len=self.bound + 1)
         return self.out.view(self.B, HQ * HD).to(BF16)
+
+    def decode_only(self, layer, q):
+        """Decode alone (no append, no rotation in torch): the timing piece."""
+        return self.caches[layer].decode(q, SCALE, out=self.out, max_seq_len=self.len)
 
     def close(self):
         for c in self.caches:
@@ -396,6 +412,12 @@ def run_config(W, kind, batch, ctx, args, lib, dev, glues, gemm_cache):
     g = capture(lambda: [attn(layer, q, kn, vn) for layer in range(len(W.layers))], attn, 2, args.warm + args.reps)
     row["attn_ms"] = replay_ms(g, attn, args.warm, args.reps)
     del g
+    # decode alone: the 32 layers' attention without the cache write (the lengths stay)
+    na = _NoAttn()
+    with attn.context():
+        g = capture(lambda: [attn.decode_only(layer, q) for layer in range(len(W.layers))], na, 2, 0)
+        row["decode_ms"] = replay_ms(g, na, args.warm, args.reps)
+    del g
     if batch not in gemm_cache:
         gemm_cache[batch] = gemm_ms(W, batch, args, dev)
     row.update(gemm_cache[batch])
@@ -432,7 +454,7 @@ def kv_read_bytes(kind, batch, ctx, layers):
     """Bytes of KV one step's attention reads (the formats' decode_read_bytes, mirrored in bench_decode_graph)."""
     if kind == "bf16":
         return layers * batch * HKV * (ctx + 1) * HD * 2 * 2
-    per = bdg.cov_read_bytes(ctx, HD, BITS) if kind == "cov" else bdg.omni_read_bytes(ctx, HD, BITS, HKV)
+    per = bdg.omni_read_bytes(ctx, HD, BITS, HKV) if kind == "omni" else bdg.cov_read_bytes(ctx, HD, BITS)
     return layers * batch * HKV * per
 
 
@@ -440,8 +462,8 @@ def kv_alloc_bytes(kind, batch, ctx, capacity, layers, lib):
     """Device bytes of a kind's caches (all layers) including the decode workspaces the package allocates."""
     if kind == "bf16":
         return layers * 2 * batch * HKV * (ctx + 1) * HD * 2
-    cache = (lib.cov_cache_bytes(batch, HKV, HD, BITS, capacity) if kind == "cov"
-             else lib.omni_cache_bytes(batch, HKV, HD, BITS, capacity))
+    cache = (lib.omni_cache_bytes(batch, HKV, HD, BITS, capacity) if kind == "omni"
+             else lib.cov_cache_bytes(batch, HKV, HD, BITS, capacity))
     return layers * (cache + lib.decode_workspace_bytes(batch, HQ, HKV, HD, capacity, 1))
 
 
@@ -449,7 +471,7 @@ def per_sequence_bytes(kind, ctx, layers, lib):
     """KV bytes one sequence holds at ctx tokens (all layers; the caches' own sizes, no workspace)."""
     if kind == "bf16":
         return layers * 2 * HKV * ctx * HD * 2
-    return layers * (lib.cov_cache_bytes(1, HKV, HD, BITS, ctx) if kind == "cov" else lib.omni_cache_bytes(1, HKV, HD, BITS, ctx))
+    return layers * (lib.omni_cache_bytes(1, HKV, HD, BITS, ctx) if kind == "omni" else lib.cov_cache_bytes(1, HKV, HD, BITS, ctx))
 
 
 def parity(W, kind, ctx, args, lib, dev, glues, gemm_cache):
@@ -545,7 +567,8 @@ def markdown(res):
     out = [f"device: {res['device']}; torch {res['torch']}; copy (read + write) {res['copy_tbps']:.3f} TB/s; "
            f"weights {res['weights_bytes'] / 1e9:.2f} GB allocated, {res['weights_read_bytes'] / 1e9:.2f} GB read per "
            f"step (all but the embedding table) = {res['weights_bound_ms']:.2f} ms at the copy rate; "
-           f"{res['reps']} timed replays (median) after {res['warm']}\n"]
+           f"{res['reps']} timed replays (median) after {res['warm']}; card memory {res['card_mib']} MiB"
+           f"{' (ballast on a ' + str(res['card_total_mib']) + ' MiB card)' if res['card_mib'] != res['card_total_mib'] else ''}\n"]
     glues = [g for g in res["glues"] if all(g in r["step_ms"] for r in res["a"] + res["b"])]
     for part, title in (("a", "(a) batch 1"), ("b", "(b) memory parity")):
         rows = res[part]
@@ -554,7 +577,7 @@ def markdown(res):
         out.append(f"\n#### {title}: ms per step, one CUDA graph per (kind, batch, context)\n")
         cols = ["ctx", "kind", "batch", "KV GB"] + [f"step ms ({g})" for g in glues] + \
                [f"tokens/s ({g})" for g in glues] + [f"x BF16 ({g})" for g in glues] + \
-               ["bound ms", "bound x BF16", "attention alone ms", "GEMMs ms (32 layers)", "lm head ms",
+               ["bound ms", "bound x BF16", "attention alone ms", "decode alone ms", "GEMMs ms (32 layers)", "lm head ms",
                 f"other ms ({glues[0]})", "SDPA backend"]
         out.append("| " + " | ".join(cols) + " |")
         out.append("|" + "---|" * len(cols))
@@ -566,24 +589,25 @@ def markdown(res):
             cells += [f"{base['step_ms'][g] / r['step_ms'][g] * (r['batch'] / base['batch']):.2f}x" if base else "-"
                       for g in glues]
             cells += [f"{r['bound_ms']:.2f}", f"{base['bound_ms'] / r['bound_ms'] * (r['batch'] / base['batch']):.2f}x"
-                      if base else "-", f"{r['attn_ms']:.2f}", f"{r['gemm_layers_ms']:.2f}", f"{r['lm_head_ms']:.2f}",
+                      if base else "-", f"{r['attn_ms']:.2f}", f"{r['decode_ms']:.2f}", f"{r['gemm_layers_ms']:.2f}",
+                      f"{r['lm_head_ms']:.2f}",
                       f"{r['step_ms'][glues[0]] - r['attn_ms'] - r['gemm_layers_ms'] - r['lm_head_ms']:.2f}",
                       r.get("backend") or "-"]
             out.append("| " + " | ".join(cells) + " |")
     out.append("\n#### Composed from this run's pieces (GEMMs of 32 layers + attention alone; no lm head, no glue)\n")
-    out.append("| ctx | batch | BF16 ms | oscar-cov ms | x | oscar-omni ms | x |")
-    out.append("|---|---|---|---|---|---|---|")
+    quant = [k for k in KINDS if k != "bf16"]
+    out.append("| ctx | batch | BF16 ms | " + " | ".join(f"{NAMES[k]} ms | x" for k in quant) + " |")
+    out.append("|---|---|---|" + "---|---|" * len(quant))
     for ctx in sorted({r["ctx"] for r in res["a"]}):
         rs = {r["kind"]: r for r in res["a"] if r["ctx"] == ctx}
         if "bf16" in rs:
             c = {k: r["gemm_layers_ms"] + r["attn_ms"] for k, r in rs.items()}
-            out.append(f"| {ctx} | 1 | {c['bf16']:.2f} | {c.get('cov', float('nan')):.2f} | "
-                       f"{c['bf16'] / c.get('cov', float('nan')):.2f}x | {c.get('omni', float('nan')):.2f} | "
-                       f"{c['bf16'] / c.get('omni', float('nan')):.2f}x |")
+            cells = [f"{c[k]:.2f} | {c['bf16'] / c[k]:.2f}x" if k in c else "- | -" for k in quant]
+            out.append(f"| {ctx} | 1 | {c['bf16']:.2f} | " + " | ".join(cells) + " |")
     out.append("\n#### (c) KV bytes per sequence (32 layers; the allocators' sizes)\n")
     out.append("| kind | " + " | ".join(f"{c} tokens" for c in res["c_ctx"]) + " | x smaller than BF16 |")
     out.append("|---|" + "---|" * len(res["c_ctx"]) + "---|")
-    for kind in KINDS:
+    for kind in ("bf16", "cov", "omni"):
         v = res["c"][kind]
         ratio = ", ".join(f"{res['c']['bf16'][str(c)] / v[str(c)]:.2f}x" for c in res["c_ctx"])
         out.append(f"| {NAMES[kind]} | " + " | ".join(f"{v[str(c)] / 1e9:.3f} GB" for c in res["c_ctx"]) + f" | {ratio} |")
@@ -604,6 +628,8 @@ def main():
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--slack", type=int, default=0, help="quantized capacity beyond ctx (default: what the replays need)")
     ap.add_argument("--reserve-gib", type=float, default=1.0, help="(b) memory kept for activations and graph pools")
+    ap.add_argument("--card-mib", type=int, default=0,
+                    help="(b) emulate a card of this many MiB (a ballast allocation takes the rest), e.g. 81559 = H100 80GB")
     ap.add_argument("--selftest", action="store_true")
     ap.add_argument("--json", default="")
     ap.add_argument("--markdown", default="")
@@ -619,6 +645,12 @@ def main():
         res["selftest"] = selftest(lib, dev)
         print("\n".join(res["selftest"]), flush=True)
     res["copy_tbps"] = bdg.copy_tbps()
+    total = torch.cuda.get_device_properties(0).total_memory
+    ballast = None
+    if args.card_mib and total > args.card_mib * 2**20:
+        ballast = torch.empty(total - args.card_mib * 2**20, dtype=torch.uint8, device=dev)
+        print(f"ballast {ballast.numel() / GiB:.2f} GiB: the card holds {args.card_mib} MiB for this run", flush=True)
+    res["card_total_mib"], res["card_mib"] = total // 2**20, args.card_mib if ballast is not None else total // 2**20
     W = Weights(args.layers, max(args.ctx + [args.parity_ctx]) + args.slack + 8, dev)
     res["weights_bytes"], res["weights_read_bytes"] = W.bytes_total(), W.bytes_read(1)
     res["weights_bound_ms"] = res["weights_read_bytes"] / (res["copy_tbps"] * 1e12) * 1e3
@@ -637,7 +669,7 @@ def main():
         return r
 
     res["c_ctx"] = sorted(set(args.ctx + ([args.parity_ctx] if args.parity_ctx else [])))
-    res["c"] = {k: {str(c): per_sequence_bytes(k, c, LAYERS, lib) for c in res["c_ctx"]} for k in KINDS}
+    res["c"] = {k: {str(c): per_sequence_bytes(k, c, LAYERS, lib) for c in res["c_ctx"]} for k in ("bf16", "cov", "omni")}
 
     def save():  # after every configuration, so that a run cut short keeps what it measured
         res["wall_s"] = time.time() - t0
