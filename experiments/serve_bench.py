@@ -16,8 +16,10 @@ Attention per cache kind:
         buffers). The position stays L in every replay (a static shape): every step is a step at context L.
   cov   oscar_kv.CovKvCache INT2 with a random orthogonal R_K / R_V per layer (KernelRotation.matrices: random
         weights have no calibration; the kernels cost the same for any matrices).
+  cov-fold  the same oscar-cov cache with no rotation in the kernels: q and k (after RoPE) multiplied by R_K in
+        torch, R_V taken as folded into W_v and W_o offline (how a deployment avoids the in-kernel matrices).
   omni  oscar_kv.OmniKvCache INT2 (Hadamard in the kernels).
-        Both: append then decode with explicit host bounds (no host sync, no allocation inside the graph); q/k/v
+        All three: append then decode with explicit host bounds (no host sync, no allocation inside the graph); q/k/v
         bf16, the float32 output cast back to bf16. The caches grow by one token per replay (context L .. L+R).
 Filling to context L (no 32-layer prefill): bf16 buffers get random normal K/V. A quantized kind's layer-0 cache is
 filled one sequence at a time: a one-sequence cache of the same capacity is prefilled from fresh random bf16 K/V
@@ -27,14 +29,16 @@ is a real quantized cache's.
 
 Also measured in the same run, to explain the step time: a device-to-device copy (the weights-read and bytes-read
 bounds), the 32 layers' GEMMs alone and the lm head alone (graphs at the same batch), and each kind's attention
-alone (append + decode or index_copy + SDPA of the 32 layers, one graph). (b) memory parity: at --parity-ctx, the
+alone (append + decode or index_copy + SDPA of the 32 layers, one graph) and decode alone (no cache write). --glue:
+the layer pieces around attention (RMSNorm, RoPE, SwiGLU, residuals, lm head) run eagerly and/or through
+torch.compile (fused elementwise work; the GEMMs stay cuBLAS), each its own graph on the same caches. (b) memory parity: at --parity-ctx, the
 largest batch whose weights + caches + decode workspaces + a reserve for activations fit (computed from the
 allocators' sizes and torch.cuda.mem_get_info, then really allocated and run; one batch less on OOM). (c) KV bytes
 per sequence from the allocators. --selftest first checks the package on the GPU (prefill/decode against SDPA,
 arrays() copies, append + decode captured in a graph against the same calls run eagerly).
 
 Usage: OSCAR_KERNELS_LIB=liboscar_kernels.so python3 experiments/serve_bench.py [--selftest] [--ctx 32768 102400
-       131072] [--parity-ctx 102400] [--glue eager compile] [--json out.json] [--markdown out.md]
+       131072] [--parity-ctx 102400] [--glue eager compile] [--card-mib 81559] [--json out.json] [--markdown out.md]
 """
 import argparse
 import contextlib
