@@ -211,13 +211,59 @@ def export(src, out, force=False):
     return cfg
 
 
+def permute_rotations(src, out):
+    """Rewrites an oscar-rotate file fitted on the llama2.c model (oscar-dump's keys, adjacent-pair channel order)
+    for the exported HF model: the rows of every key rotation are permuted like wq/wk (R_hf[j] = R[perm[j]], so that
+    k_hf R_hf = k R); value rotations are unchanged. Written atomically to `out`."""
+    import h5py
+    import numpy as np
+    try:
+        f = h5py.File(src, "r")
+    except OSError as e:
+        raise Refusal(f"{src}: cannot open the rotations file ({e}); make it with oscar-rotate")
+    out = os.path.abspath(out)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.tmp-", dir=os.path.dirname(out))
+    os.close(fd)
+    try:
+        with f, h5py.File(tmp, "w") as g:
+            if f.attrs.get("format") != "oscar-kernel-rotations":
+                raise Refusal(f"{src}: not an oscar-rotate file; make it with oscar-rotate")
+            D = int(f.attrs["head_dim"])
+            perm = np.concatenate([np.arange(0, D, 2), np.arange(1, D, 2)])
+            for k, v in f.attrs.items():
+                g.attrs[k] = v
+            g.attrs["channel_order"] = "half-split (rows of key_rotation permuted by export_llama2c.py)"
+            for name in f:
+                if isinstance(f[name], h5py.Dataset):
+                    g.create_dataset(name, data=f[name][...])
+                    continue
+                grp = g.create_group(name)
+                for ds in f[name]:
+                    m = f[name][ds][...]
+                    grp.create_dataset(ds, data=np.ascontiguousarray(m[:, perm, :]) if ds == "key_rotation" else m)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
-    ap.add_argument("checkpoint", help="llama2.c checkpoint (.bin, OSCKF16, or NAME of NAME.part00, ...)")
-    ap.add_argument("--out", required=True, help="the Hugging Face folder to write")
+    ap.add_argument("checkpoint", nargs="?", help="llama2.c checkpoint (.bin, OSCKF16, or NAME of NAME.part00, ...)")
+    ap.add_argument("--out", required=True, help="the Hugging Face folder to write (with --rotations: the file)")
     ap.add_argument("--force", action="store_true", help="replace an existing non-empty --out")
+    ap.add_argument("--rotations", metavar="ROT.h5", help="instead: convert an oscar-rotate file fitted on the llama2.c "
+                                                          "model to the exported model's key channel order")
     a = ap.parse_args(argv)
     try:
+        if a.rotations:
+            permute_rotations(a.rotations, a.out)
+            print(f"{a.out}: key rotations in the half-split channel order")
+            return 0
+        if not a.checkpoint:
+            raise Refusal("no checkpoint given; give a llama2.c checkpoint (or --rotations ROT.h5)")
         cfg = export(a.checkpoint, a.out, a.force)
     except Refusal as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
