@@ -85,11 +85,13 @@ sys.exit(0 if worst_all <= 0.01 else 1)
 EOF
 status=$?
 if [ -n "$needle" ] && [ "${SKIP_NEEDLE:-0}" != 1 ]; then
-  stamp "hf_eval: needle at $needle (2 bits)"
   rot=$out/hf-eval/rotations-oscar-cov.h5; [ -f "$rot" ] || rot=$w/rot-hf.h5
-  $py "${hf[@]}" --recipes oscar-omni,oscar-cov --bits 2 --rotations "$rot" --tokens 128 \
-    --needle "$needle" --out "$out/hf-needle" > "$w/hf-needle.log" 2>&1; echo "hf-needle rc=$?"
-  sed -n '/^Needle/,$p' "$out/hf-needle/eval.md" 2>/dev/null || tail -n 5 "$w/hf-needle.log"
+  for d in ${needle//,/ }; do  # one run per distance, so that each finished one is kept
+    stamp "hf_eval: needle at D = $d (2 bits)"
+    $py "${hf[@]}" --recipes oscar-omni,oscar-cov --bits 2 --rotations "$rot" --tokens 128 \
+      --needle "$d" --out "$out/hf-needle-$d" > "$w/hf-needle-$d.log" 2>&1; echo "hf-needle D=$d rc=$?"
+    sed -n '/^| recipe | D =/,$p' "$out/hf-needle-$d/eval.md" 2>/dev/null || tail -n 5 "$w/hf-needle-$d.log"
+  done
 fi
 stamp "done"
 exit $status
