@@ -7,8 +7,8 @@
 # top-1 from both and the differences. oscar-cov runs twice on the HF side: with rotations fitted on the HF model by
 # oscar_kv.hf.calibrate (oscar-rotate over an hf_dump capture) and with oscar-rotate's rotations of the llama2.c dump
 # permuted into the HF key order (export_llama2c.py --rotations; the same matrices oscar-eval fits, so the same codes).
-# Then the needle test at NEEDLE_DISTANCES (default 256,512,1024,1536; oscar-eval's --recall lays out the same
-# sequence, run it on the CPU for the reference). BIN_DIR holds oscar-dump, oscar-eval,
+# The needle test at NEEDLE_DISTANCES (default 256,512,1024,1536; oscar-eval's --recall lays out the same sequence,
+# run it on the CPU for the reference) runs beside them, one process per distance. BIN_DIR holds oscar-dump, oscar-eval,
 # oscar-rotate; OSCAR_KERNELS_LIB names liboscar_kernels.so. Exit 0 when every |Δloss diff| <= 0.01 nats.
 set -uo pipefail
 bin=$(cd "$1" && pwd); out=$2; needle=${3:-256,512,1024,1536}
@@ -40,16 +40,35 @@ cpu_pid=$!
 gpu_pid=$!
 
 hf=("$here/experiments/hf_eval.py" --model "$w/kjv-hf" --token-ids "$w/rev.h5" --calib-ids "$w/gen.h5" --calib-tokens 1024)
+# The HF runs are bound by Python's per-token overhead, not the GPU: they run side by side (OMP_NUM_THREADS=2 each).
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+tmo=(timeout "${HF_LIMIT:-1800}")  # HF_LIMIT: seconds each HF run may take (a bounded device call)
+pids=()
 stamp "hf_eval: oscar-omni, oscar-cov (calibrated on the HF model) at 2 and 4 bits, greedy from 16 Revelation tokens"
 prompt=$($py -c "import h5py; print('ids:' + ','.join(map(str, h5py.File('$w/rev.h5')['token_ids'][:16])))")
-$py "${hf[@]}" --recipes oscar-omni,oscar-cov --bits 2,4 --prompt "$prompt" --generate 48 --out "$out/hf-eval" \
-  > "$w/hf-eval.log" 2>&1; echo "hf-eval rc=$?"; tail -n 25 "$w/hf-eval.log"
+"${tmo[@]}" $py "${hf[@]}" --recipes oscar-omni,oscar-cov --bits 2,4 --prompt "$prompt" --generate 48 --out "$out/hf-eval" \
+  > "$w/hf-eval.log" 2>&1 &
+pids+=($!)
 stamp "hf_eval: oscar-cov with oscar-rotate's llama2.c rotations permuted to the HF key order"
-$py "${hf[@]}" --recipes oscar-cov --bits 2,4 --rotations "$w/rot-hf.h5" --out "$out/hf-eval-l2crot" \
-  > "$w/hf-eval-l2crot.log" 2>&1; echo "hf-eval-l2crot rc=$?"; tail -n 4 "$w/hf-eval-l2crot.log"
-
-stamp "waiting for oscar-eval"
-wait $gpu_pid; wait $cpu_pid
+"${tmo[@]}" $py "${hf[@]}" --recipes oscar-cov --bits 2,4 --rotations "$w/rot-hf.h5" --out "$out/hf-eval-l2crot" \
+  > "$w/hf-eval-l2crot.log" 2>&1 &
+pids+=($!)
+ds=()
+if [ -n "$needle" ] && [ "${SKIP_NEEDLE:-0}" != 1 ]; then
+  for d in ${needle//,/ }; do  # one run per distance, so that each finished one is kept
+    stamp "hf_eval: needle at D = $d (2 bits; oscar-cov with oscar-rotate's rotations)"
+    "${tmo[@]}" $py "${hf[@]}" --recipes oscar-omni,oscar-cov --bits 2 --rotations "$w/rot-hf.h5" --tokens $(( N < 128 ? N : 128 )) \
+      --needle "$d" --out "$out/hf-needle-$d" > "$w/hf-needle-$d.log" 2>&1 &
+    pids+=($!); ds+=("$d")
+  done
+fi
+stamp "waiting"
+wait "${pids[@]}" $gpu_pid $cpu_pid
+stamp "finished"
+for n in hf-eval hf-eval-l2crot; do echo "== $n"; tail -n 30 "$w/$n.log"; done
+for d in "${ds[@]}"; do
+  echo "== needle D = $d"; sed -n '/^| recipe | D =/,$p' "$out/hf-needle-$d/eval.md" 2>/dev/null || tail -n 5 "$w/hf-needle-$d.log"
+done
 tail -n 2 "$w/oscar-eval-cpu.log" "$w/oscar-eval-gpu.log"
 stamp "comparison"
 PYTHONPATH=$here/kernels/python $py - "$out" <<'EOF'
@@ -84,14 +103,5 @@ print(f"worst |Δloss(HF) - Δloss(oscar-eval CPU)| = {worst_all:.4f} nats: {'PA
 sys.exit(0 if worst_all <= 0.01 else 1)
 EOF
 status=$?
-if [ -n "$needle" ] && [ "${SKIP_NEEDLE:-0}" != 1 ]; then
-  rot=$out/hf-eval/rotations-oscar-cov.h5; [ -f "$rot" ] || rot=$w/rot-hf.h5
-  for d in ${needle//,/ }; do  # one run per distance, so that each finished one is kept
-    stamp "hf_eval: needle at D = $d (2 bits)"
-    $py "${hf[@]}" --recipes oscar-omni,oscar-cov --bits 2 --rotations "$rot" --tokens 128 \
-      --needle "$d" --out "$out/hf-needle-$d" > "$w/hf-needle-$d.log" 2>&1; echo "hf-needle D=$d rc=$?"
-    sed -n '/^| recipe | D =/,$p' "$out/hf-needle-$d/eval.md" 2>/dev/null || tail -n 5 "$w/hf-needle-$d.log"
-  done
-fi
 stamp "done"
 exit $status
