@@ -169,7 +169,7 @@ def run(a):
         res = H.evaluate(model, tok, name, ids, fit_ids, calib_texts, recipes, bits, rotations=rotations, needle=needle,
                          needle_span=a.needle_span, needle_prefix=a.needle_prefix, newline=newline,
                          filler_start=H.body_start(calib_texts, tok), prompt=prompt, generate=a.generate,
-                         out_dir=work, log=log)
+                         out_dir=work, log=log, filler_ids=calib_ids)
         files = H.output_files(res, source, tok)
         H.write_outputs(out, files)
         for r in recipes:

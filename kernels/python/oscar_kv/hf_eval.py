@@ -236,9 +236,10 @@ class Jobs:
 
 
 def evaluate(model, tok, name, ids, calib_ids, calib_texts, recipes, bits, rotations=None, needle=(), needle_span=64,
-             needle_prefix=8, newline=None, filler_start=1, prompt=None, generate=0, out_dir=None, log=print):
+             needle_prefix=8, newline=None, filler_start=1, prompt=None, generate=0, out_dir=None, log=print, filler_ids=None):
     """Runs the evaluation (see the module docstring) and returns a result dict. rotations: recipe -> file, or None
-    to fit oscar-cov's on calib_ids through oscar_kv.hf.calibrate into out_dir (a temporary folder)."""
+    to fit oscar-cov's on calib_ids through oscar_kv.hf.calibrate into out_dir (a temporary folder). filler_ids: the
+    passage whose body fills the needle test (default calib_ids; may be longer than the calibration cut)."""
     import torch
     from transformers import DynamicCache
     from . import hf
@@ -307,7 +308,7 @@ def evaluate(model, tok, name, ids, calib_ids, calib_texts, recipes, bits, rotat
 
     if needle:
         a = ids[1:1 + needle_span]
-        filler = calib_ids[filler_start:]
+        filler = (filler_ids if filler_ids is not None else calib_ids)[filler_start:]
         start = ids[0]
         for d in needle:
             seq, first, repeat = needle_sequence(a, newline, filler, d, start)
