@@ -74,6 +74,14 @@ def run(a):
     for n, v in (("tokens", a.tokens), ("calib-tokens", a.calib_tokens), ("generate", a.generate)):
         if v < 0:
             raise H.Refusal(f"--{n} {v}: give a whole number >= 0")
+    for r in recipes:
+        if r not in H.RECIPES:
+            raise H.Refusal(f"--recipes: {r!r} is not a kernel recipe; give {', '.join(H.RECIPES)}")
+    if any(b not in (2, 4) for b in bits):
+        raise H.Refusal(f"--bits {a.bits}: the kernels store 2 or 4 bits")
+    if a.model and not os.path.isfile(os.path.join(a.model, "config.json")):
+        raise H.Refusal(f"--model {a.model}: not a Hugging Face model folder (no config.json); give one, e.g. made by "
+                        "experiments/hf/export_llama2c.py")
     if a.token_ids and a.text:
         raise H.Refusal("--token-ids and --text both given; give one source of the evaluated passage")
     if a.rotations and not os.path.isfile(a.rotations):
