@@ -126,7 +126,7 @@ class OscarLayer(DynamicLayer):
         return self.seen + query_length, 0
 
     def get_max_length(self):
-        return self.owner.kv_capacity
+        return self.owner.capacity_tokens
 
     def attend(self, module, query, key, value, attention_mask, dropout, scaling, kwargs):
         k, v, before = self.pending
@@ -225,7 +225,8 @@ class OscarCache(DynamicCache):
         if bits not in (2, 4):
             raise ValueError(f"bits {bits!r}: the kernels store 2 or 4 bits")
         super().__init__(config=model.config)
-        self.recipe, self.bits, self.kv_capacity = recipe, bits, int(max_cache_len)
+        # not self.max_cache_len: transformers 5.17's Cache has a read-only (deprecated) property of that name
+        self.recipe, self.bits, self.capacity_tokens = recipe, bits, int(max_cache_len)
         self.plan = layer_plan(model, recipe, bits)
         self.rotations = None
         if recipe.startswith("oscar-cov"):
@@ -240,9 +241,9 @@ class OscarCache(DynamicCache):
     def _make_kv(self, i, batch, kv_heads, head_dim, q_heads, device):
         with torch.cuda.device(device):
             if self.recipe == "oscar-omni":
-                return OmniKvCache(batch, kv_heads, head_dim, self.bits, self.kv_capacity, q_heads, device=device)
+                return OmniKvCache(batch, kv_heads, head_dim, self.bits, self.capacity_tokens, q_heads, device=device)
             rk, rv = self.rotations[i]
-            return CovKvCache(batch, kv_heads, head_dim, self.bits, self.kv_capacity, q_heads, device=device,
+            return CovKvCache(batch, kv_heads, head_dim, self.bits, self.capacity_tokens, q_heads, device=device,
                               rotation=KernelRotation.matrices(rk, rv))
 
     def kernel_layers(self):
