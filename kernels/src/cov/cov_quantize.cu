@@ -6,6 +6,7 @@
 #include "cov/cov_kernels.h"
 #include "decode/mma.cuh"
 #include "decode/rotate.cuh"
+#include "decode/rotate_rows.cuh"
 #include "decode/shapes.h"
 #include "decode/split_plan.h"
 #include "oscar/cov_format.h"
@@ -98,8 +99,9 @@ __global__ void __launch_bounds__(256) prefill_kernel(CovView c, RotArgs rot, co
   }
 }
 
-// Append: HD/8 lanes per (bh, K or V) row; row r = 2 bh + (1 for V).
-template <int HD, int BITS, bool ROT>
+// Append: HD/8 lanes per (bh, K or V) row; row r = 2 bh + (1 for V). WRITE = false: only the demotion (a dense
+// rotation then writes the new token: NewTokenRows below).
+template <int HD, int BITS, bool ROT, bool WRITE = true>
 __global__ void __launch_bounds__(256) append_kernel(CovView c, RotArgs rot, const uint16_t* __restrict__ k,
                                                      const uint16_t* __restrict__ v, const int32_t* __restrict__ lens) {
   constexpr int LR = HD / 8, CB = HD * BITS / 8;
@@ -112,11 +114,11 @@ __global__ void __launch_bounds__(256) append_kernel(CovView c, RotArgs rot, con
   const int64_t t = lens[b];
   if (t < 0 || t >= c.S + c.cap + c.W) return;  // whole row group (host checked the bound)
   const uint16_t* in = (is_v ? v : k) + bh * HD;
-  uint4 nin = reinterpret_cast<const uint4*>(in)[li];
+  uint4 nin = WRITE ? reinterpret_cast<const uint4*>(in)[li] : uint4{};
   if constexpr (ROT)  // the new token arrives unrotated (the window and demoted tokens are stored rotated)
     nin = rotate_piece<HD>(nin, rot, is_v, static_cast<int>(bh % c.Hkv), li, row_lanes_mask<HD>(threadIdx.x & 31));
   if (t < c.S) {
-    reinterpret_cast<uint4*>((is_v ? c.vs : c.ks) + (bh * c.S + t) * HD)[li] = nin;
+    if constexpr (WRITE) reinterpret_cast<uint4*>((is_v ? c.vs : c.ks) + (bh * c.S + t) * HD)[li] = nin;
     return;
   }
   uint4* slot = reinterpret_cast<uint4*>((is_v ? c.vr : c.kr) + (bh * c.W + (t - c.S) % c.W) * HD) + li;
@@ -130,8 +132,32 @@ __global__ void __launch_bounds__(256) append_kernel(CovView c, RotArgs rot, con
     store_codes<BITS>((is_v ? c.vc : c.kc) + bi * CB, li, bits);
     if (li == 0) (is_v ? c.vp : c.kp)[bi] = par;
   }
-  *slot = nin;
+  if constexpr (WRITE) *slot = nin;
 }
+
+// The new token's K and V rows under a dense rotation, written where append_kernel would put them (sink, or the
+// recent ring slot it has just demoted): row r = 2 bh + (1 for V).
+struct NewTokenRows {
+  CovView c;
+  RotArgs rot;
+  const uint16_t* k;
+  const uint16_t* v;
+  const int32_t* lens;
+  int hd;
+  __device__ int64_t count() const { return 2LL * c.B * c.Hkv; }
+  __device__ const void* src(int64_t r) const { return ((r & 1) ? v : k) + (r >> 1) * hd; }
+  __device__ const float* matrix(int64_t r) const {
+    const int h = static_cast<int>((r >> 1) % c.Hkv);
+    return ((r & 1) ? rot.value : rot.key) + (rot.per_head ? static_cast<int64_t>(h) * hd * hd : 0);
+  }
+  __device__ void* dst(int64_t r) const {
+    const int64_t bh = r >> 1;
+    const int64_t t = lens[bh / c.Hkv];
+    if (t < 0 || t >= c.S + c.cap + c.W) return nullptr;
+    uint16_t* base = (r & 1) ? (t < c.S ? c.vs : c.vr) : (t < c.S ? c.ks : c.kr);
+    return t < c.S ? base + (bh * c.S + t) * hd : base + (bh * c.W + (t - c.S) % c.W) * hd;
+  }
+};
 
 }  // namespace
 
@@ -151,9 +177,18 @@ template <int HD, int BITS>
 oscar_status cov_append(const CovView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s,
                         oscar_error* err) {
   const int64_t threads = static_cast<int64_t>(c.B) * c.Hkv * 2 * (HD / 8);
-  const unsigned blocks = static_cast<unsigned>((threads + 255) / 256);
-  if (rot.kind) append_kernel<HD, BITS, true><<<blocks, 256, 0, s>>>(c, rot, k, v, lens);
-  else append_kernel<HD, BITS, false><<<blocks, 256, 0, s>>>(c, rot, k, v, lens);
+  if (rot.kind == 2) {  // dense matrices: the demotion, then the new rows rotated a 32-column slice per warp
+    const unsigned blocks = static_cast<unsigned>((threads + 255) / 256);
+    append_kernel<HD, BITS, false, false><<<blocks, 256, 0, s>>>(c, rot, k, v, lens);
+    const NewTokenRows rows{c, rot, k, v, lens, HD};
+    launch_rotate_rows<HD, false, false, false>(rows, 2LL * c.B * c.Hkv, s);
+  } else if (rot.kind) {  // Hadamard: butterflies in registers, one warp per block (the rows spread over the SMs)
+    const unsigned blocks = static_cast<unsigned>((threads + 31) / 32);
+    append_kernel<HD, BITS, true><<<blocks, 32, 0, s>>>(c, rot, k, v, lens);
+  } else {
+    const unsigned blocks = static_cast<unsigned>((threads + 255) / 256);
+    append_kernel<HD, BITS, false><<<blocks, 256, 0, s>>>(c, rot, k, v, lens);
+  }
   return api::check_launch(err, "oscar_cov_append");
 }
 

@@ -2,6 +2,7 @@
 // o = sum_p 2^(m_p - M) o_p / sum_p 2^(m_p - M) l_p (log2 domain); a head with no token gets 0.
 #include "api_util.h"
 #include "decode/merge.h"
+#include "decode/rotate_rows.cuh"
 #include "decode/shapes.h"
 #include "oscar/fwht_math.h"
 
@@ -43,13 +44,13 @@ __global__ void __launch_bounds__(HD) merge_kernel(DecodeArgs a, float* __restri
     out[bq * HD + threadIdx.x] = o;
     return;
   }
-  // Un-rotation by R_V (oscar/rotate_math.h): the row in shared memory, then Hadamard butterflies in
-  // fwht_inplace's order or the fma chain o_j = sum_i o'_i R_V[j][i] (i ascending).
-  __shared__ float row[HD];
+  // Un-rotation by R_V (oscar/rotate_math.h): Hadamard butterflies in fwht_inplace's order on the row in shared
+  // memory here; a dense R_V in a kernel of its own (the fma chain o_j = sum_i o'_i R_V[j][i], i ascending).
   const int j = threadIdx.x;
-  row[j] = o;
-  __syncthreads();
   if (a.rot.kind == 1) {
+    __shared__ float row[HD];
+    row[j] = o;
+    __syncthreads();
     for (int s = 1; s < HD; s <<= 1) {
       if ((j & s) == 0) {
         const float x = row[j], y = row[j + s];
@@ -59,13 +60,30 @@ __global__ void __launch_bounds__(HD) merge_kernel(DecodeArgs a, float* __restri
       __syncthreads();
     }
     out[bq * HD + j] = row[j] * fwht_scale(HD);
-  } else {
-    const float* R = a.rot.value + (a.rot.per_head ? static_cast<int64_t>(hq / a.G) * HD * HD : 0) + static_cast<int64_t>(j) * HD;
-    float acc = 0.f;
-    for (int i = 0; i < HD; ++i) acc = fmaf(row[i], __ldg(R + i), acc);
-    out[bq * HD + j] = acc;
+  } else {  // dense R_V: o' goes to this slot's first partial (only thread j reads column j); rotate_rows_kernel follows
+    a.part_o[(bh * a.np * stride + qs) * HD + j] = o;
   }
 }
+
+// The merged rows of a dense R_V: row r = (sequence, query head), o' in its slot's first partial.
+struct MergedRows {
+  const float* part_o;
+  float* out;
+  const float* value;
+  int64_t rows;
+  int Hq, Hkv, G, np, QS, per_head, hd;
+  __device__ int64_t count() const { return rows; }
+  __device__ const void* src(int64_t r) const {
+    const int64_t b = r / Hq;
+    const int hq = static_cast<int>(r % Hq);
+    const int64_t bh = b * Hkv + hq / G;
+    return part_o + (bh * np * QS + hq % G) * hd;
+  }
+  __device__ const float* matrix(int64_t r) const {
+    return value + (per_head ? static_cast<int64_t>(static_cast<int>(r % Hq) / G) * hd * hd : 0);
+  }
+  __device__ void* dst(int64_t r) const { return out + r * hd; }
+};
 
 template <int HD>
 oscar_status launch(const DecodeArgs& a, int batch, float* out, cudaStream_t s, oscar_error* err, const char* fn) {
@@ -80,6 +98,11 @@ oscar_status launch(const DecodeArgs& a, int batch, float* out, cudaStream_t s, 
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   cudaLaunchKernelEx(&cfg, merge_kernel<HD>, a, out);
+  if (a.rot.kind == 2) {
+    const int64_t rows = static_cast<int64_t>(batch) * a.Hq;
+    const MergedRows mr{a.part_o, out, a.rot.value, rows, a.Hq, a.Hkv, a.G, a.np, a.QS, a.rot.per_head, HD};
+    launch_rotate_rows<HD, true, true, true>(mr, rows, s);
+  }
   return api::check_launch(err, fn);
 }
 

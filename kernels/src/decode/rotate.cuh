@@ -58,6 +58,7 @@ __device__ __forceinline__ void rotate_row8(float (&x)[8], int kind, const float
     for (int i = 0; i < 8; ++i) x[i] *= c;
   } else if (kind == 2) {
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 2  // two source lanes' matrix rows in flight (the loads wait on L2, often on DRAM)
     for (int src = 0; src < LR; ++src) {
       float xs[8];
 #pragma unroll
