@@ -76,7 +76,7 @@ def run(a):
             raise H.Refusal(f"--{n} {v}: give a whole number >= 0")
     for r in recipes:
         if r not in H.RECIPES:
-            raise H.Refusal(f"--recipes: {r!r} is not a kernel recipe; give {', '.join(H.RECIPES)}")
+            raise H.Refusal(f"--recipes: {r!r} is not a kernel recipe; give {', '.join(H.RECIPES)} (oscar-eval runs the other presets)")
     if any(b not in (2, 4) for b in bits):
         raise H.Refusal(f"--bits {a.bits}: the kernels store 2 or 4 bits")
     if a.model and not os.path.isfile(os.path.join(a.model, "config.json")):

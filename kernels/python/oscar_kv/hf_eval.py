@@ -252,7 +252,7 @@ def evaluate(model, tok, name, ids, calib_ids, calib_texts, recipes, bits, rotat
         raise Refusal(f"the evaluated passage has {T} tokens, beyond {name}'s context of {ctx}; give fewer --tokens")
     for r in recipes:
         if r not in RECIPES:
-            raise Refusal(f"--recipes: {r!r} is not a kernel recipe; give {', '.join(RECIPES)}")
+            raise Refusal(f"--recipes: {r!r} is not a kernel recipe; give {', '.join(RECIPES)} (oscar-eval runs the other presets)")
     for b in bits:
         if b not in (2, 4):
             raise Refusal(f"--bits: {b}; the kernels store 2 or 4 bits")
