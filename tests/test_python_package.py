@@ -8,7 +8,8 @@ small duck-typed tensors, and on real CPU torch tensors where torch is installed
 creating a cache without CUDA raises OscarError (no device) after the argument checks; the transformers integration
 imports, refuses unknown recipes/bits and oscar-cov without rotations, refuses an unsupported architecture, and
 its layer plan for the tiny models of every supported architecture (head_dim 64) puts sliding-window, soft-capped
-and sink layers on an ordinary cache with the reason. Exit 0 passed, 1 failed, 77 library not built.
+and sink layers on an ordinary cache with the reason, and a model whose every layer falls back (gemma2, gpt_oss,
+mistral with a window) gives the eager model's logits. Exit 0 passed, 1 failed, 77 library not built.
 """
 import subprocess
 import sys
@@ -143,6 +144,19 @@ def main():
                     raises(lambda: okv.OscarCache(m, "oscar-cov"), ValueError, "calibrate", what="cov without rotations")
                     raises(lambda: okv.OscarCache(m, "oscar-cov", rotations="/nonexistent/r.h5"), ValueError,
                            "/nonexistent/r.h5", "oscar-rotate", what="missing rotations file")
+            # models whose every layer falls back compute what the model computes (CPU: no kernel is called)
+            for arch in ("gemma2", "gpt_oss", "mistral"):
+                model, _, _, _ = hf_dump.build_random(arch, "cpu", torch.float32, cfg=hf_dump.tiny_config(arch, head_dim=64))
+                ids = torch.randint(3, 500, (2, 40), generator=torch.Generator().manual_seed(1))
+                model.set_attn_implementation("eager")
+                with torch.no_grad():
+                    ref = model(input_ids=ids).logits
+                okv.enable(model)
+                cache = okv.OscarCache(model, "oscar-omni", bits=2, max_cache_len=64)
+                with torch.no_grad():
+                    got = model(input_ids=ids, past_key_values=cache, use_cache=True).logits
+                err = ((got - ref).norm() / ref.norm()).item()
+                check(cache.kernel_layers() == [] and err <= 1e-5, f"{arch}: all layers fall back, logits differ {err:.1e}")
             with torch.device("meta"):
                 m32 = AutoModelForCausalLM.from_config(hf_dump.tiny_config("llama"))
             plan = okv.layer_plan(m32, "oscar-cov", 2)

@@ -18,7 +18,6 @@ Beam search works (the caches are reordered on the device); crop() (assisted dec
 """
 import os
 import shutil
-import sys
 import subprocess
 import tempfile
 
@@ -30,6 +29,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from . import _capi
 from .cache import CovKvCache, KernelRotation, OmniKvCache
+from .hf_dump import model_attention
 
 ATTN_NAME = "oscar_kv"
 RECIPES = ("oscar-omni", "oscar-cov", "oscar-cov-head")
@@ -70,14 +70,9 @@ def oscar_attention(module, query, key, value, attention_mask, dropout=0.0, scal
 
 
 def _ordinary_attention(module, kwargs):
-    """SDPA, or the model's own eager attention where soft-capping or sink logits need it (SDPA has neither)."""
-    if kwargs.get("softcap") is None and kwargs.get("s_aux") is None and kwargs.get("sinks") is None:
-        return sdpa_attention_forward
-    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
-    if eager is None:
-        raise RuntimeError(f"{type(module).__name__}: soft-capping or sink logits need the model's eager attention, "
-                           "which its module does not define; report the architecture")
-    return eager
+    """SDPA, or the model's own eager attention where soft-capping or sink logits need it (hf_dump.model_attention)."""
+    sinks = kwargs.get("s_aux") if kwargs.get("s_aux") is not None else kwargs.get("sinks")
+    return model_attention(module, kwargs.get("softcap"), sinks)
 
 
 def _valid_keys(mask, B, L):

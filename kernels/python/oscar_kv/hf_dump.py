@@ -425,14 +425,23 @@ class Capture:
         return out, weights
 
     def attention_impl(self, module, softcap, sinks):
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-        if softcap is None and sinks is None:
-            return sdpa_attention_forward
-        eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
-        if eager is None:
-            raise Refusal(f"{type(module).__name__}: soft-capping/sinks need the model's eager attention, "
-                          "which its module does not define")
-        return eager
+        try:
+            return model_attention(module, softcap, sinks)
+        except RuntimeError as e:
+            raise Refusal(str(e))
+
+
+def model_attention(module, softcap, sinks):
+    """The attention function that computes what `module` computes: transformers' SDPA function, or the model's own
+    eager attention where the layer soft-caps its logits or adds sink logits (SDPA has neither)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    if softcap is None and sinks is None:
+        return sdpa_attention_forward
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if eager is None:
+        raise RuntimeError(f"{type(module).__name__}: soft-capping or sink logits need the model's eager attention, "
+                           "which its module does not define; report the architecture")
+    return eager
 
 
 # ----------------------------------------------------------------------------------------------- check
