@@ -107,6 +107,9 @@ def main():
     except ImportError:
         print("torch not installed: the torch and transformers parts are not run here (they run on the GPU machine)")
         torch = None
+    if torch is None:
+        raises(lambda: oscar_kv.OmniKvCache(1, 8, 128, 2, 1024, 32, lib=lib), ImportError, "PyTorch is not installed",
+               "pip install torch", what="cache without torch")
     if torch is not None:
         t = torch.zeros(2, 8, 100, 128, dtype=torch.bfloat16)
         raises(lambda: spec.check_prefill(t, t), ValueError, "k: on cpu", what="torch cpu tensor")

@@ -77,7 +77,11 @@ class _KvCache:
 
     def __init__(self, batch, num_kv_heads, head_dim, bits, capacity, num_q_heads=None, rotation=None, device=None,
                  lib=None):
-        import torch
+        try:
+            import torch
+        except ImportError:
+            raise ImportError(f"oscar_kv.{type(self).__name__}: PyTorch is not installed; install it (pip install torch). "
+                              "The C layer (oscar_kv.load()) works without it") from None
         self.lib = lib if isinstance(lib, _capi.Kernels) else _capi.load(lib)
         num_q_heads = num_kv_heads if num_q_heads is None else num_q_heads
         self.spec = CacheSpec(self.lib, self._fmt, batch, num_kv_heads, head_dim, bits, capacity, num_q_heads)
