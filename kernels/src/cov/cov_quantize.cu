@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(256) prefill_kernel(CovView c, RotArgs rot, co
     bf16x8_to_float(vin, vx);
     if constexpr (ROT) {  // in-kernel rotation of the unrotated input (every lane runs it: the shuffles need the whole row)
       const int h = static_cast<int>(bh % c.Hkv);
-      rotate_row8<HD>(kx, rot.kind, rot.kind == 2 ? head_matrix<HD>(rot.key, rot.per_head, h) : nullptr, li, mask);
-      rotate_row8<HD>(vx, rot.kind, rot.kind == 2 ? head_matrix<HD>(rot.value, rot.per_head, h) : nullptr, li, mask);
+      rotate_row8<HD>(kx, rot.kind, rot.kind == 2 ? head_matrix(rot.key, rot.per_head, h, HD) : nullptr, li, mask);
+      rotate_row8<HD>(vx, rot.kind, rot.kind == 2 ? head_matrix(rot.value, rot.per_head, h, HD) : nullptr, li, mask);
       kin = pack8_bf16(kx);
       vin = pack8_bf16(vx);
     }
@@ -147,8 +147,7 @@ struct NewTokenRows {
   __device__ int64_t count() const { return 2LL * c.B * c.Hkv; }
   __device__ const void* src(int64_t r) const { return ((r & 1) ? v : k) + (r >> 1) * hd; }
   __device__ const float* matrix(int64_t r) const {
-    const int h = static_cast<int>((r >> 1) % c.Hkv);
-    return ((r & 1) ? rot.value : rot.key) + (rot.per_head ? static_cast<int64_t>(h) * hd * hd : 0);
+    return head_matrix((r & 1) ? rot.value : rot.key, rot.per_head, static_cast<int>((r >> 1) % c.Hkv), hd);
   }
   __device__ void* dst(int64_t r) const {
     const int64_t bh = r >> 1;

@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "oscar/host_device.h"
+
 namespace oscar::kernels {
 
 // An in-kernel rotation (oscar_rotation of oscar_kv.h; rule in oscar/rotate_math.h): kind 0 none, 1 Hadamard,
@@ -12,6 +14,11 @@ struct RotArgs {
   const float* key = nullptr;
   const float* value = nullptr;
 };
+
+// The matrix of KV head h in m (per-head matrices are consecutive hd x hd blocks; one shared when per_head = 0).
+OSCAR_HD const float* head_matrix(const float* m, int per_head, int h, int hd) {
+  return m + (per_head ? static_cast<int64_t>(h) * hd * hd : 0);
+}
 
 struct DecodeArgs {
   const uint16_t* q;  // bf16 [B][Hq][head_dim]

@@ -79,9 +79,7 @@ struct MergedRows {
     const int64_t bh = b * Hkv + hq / G;
     return part_o + (bh * np * QS + hq % G) * hd;
   }
-  __device__ const float* matrix(int64_t r) const {
-    return value + (per_head ? static_cast<int64_t>(static_cast<int>(r % Hq) / G) * hd * hd : 0);
-  }
+  __device__ const float* matrix(int64_t r) const { return head_matrix(value, per_head, static_cast<int>(r % Hq) / G, hd); }
   __device__ void* dst(int64_t r) const { return out + r * hd; }
 };
 

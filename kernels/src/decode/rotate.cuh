@@ -23,12 +23,6 @@ __device__ __forceinline__ unsigned row_lanes_mask(int lane) {
   else return ((1u << LR) - 1u) << (lane & ~(LR - 1));
 }
 
-// The matrix of KV head h (per-head matrices are consecutive HD x HD blocks).
-template <int HD>
-__device__ __forceinline__ const float* head_matrix(const float* m, int per_head, int h) {
-  return m + (per_head ? static_cast<int64_t>(h) * HD * HD : 0);
-}
-
 // x: this lane's 8 channels of the row; kind 1 Hadamard, 2 matrix R (this head's); mask: the row's lanes.
 template <int HD>
 __device__ __forceinline__ void rotate_row8(float (&x)[8], int kind, const float* __restrict__ R, int li, unsigned mask) {
@@ -93,7 +87,7 @@ template <int HD>
 __device__ __forceinline__ uint4 rotate_piece(uint4 w, const RotArgs& rot, bool value, int h, int li, unsigned mask) {
   float x[8];
   bf16x8_to_float(w, x);
-  rotate_row8<HD>(x, rot.kind, rot.kind == 2 ? head_matrix<HD>(value ? rot.value : rot.key, rot.per_head, h) : nullptr, li, mask);
+  rotate_row8<HD>(x, rot.kind, rot.kind == 2 ? head_matrix(value ? rot.value : rot.key, rot.per_head, h, HD) : nullptr, li, mask);
   return pack8_bf16(x);
 }
 

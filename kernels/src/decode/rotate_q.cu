@@ -31,9 +31,7 @@ struct QueryRows {
   int Hq, G, per_head, hd;
   __device__ int64_t count() const { return rows; }
   __device__ const void* src(int64_t r) const { return q + r * hd; }
-  __device__ const float* matrix(int64_t r) const {
-    return key + (per_head ? static_cast<int64_t>(static_cast<int>(r % Hq) / G) * hd * hd : 0);
-  }
+  __device__ const float* matrix(int64_t r) const { return head_matrix(key, per_head, static_cast<int>(r % Hq) / G, hd); }
   __device__ void* dst(int64_t r) const { return out + r * hd; }
 };
 

@@ -27,42 +27,42 @@ __global__ void __launch_bounds__(32) rotate_rows_kernel(Rows rows) {
   const int lane = threadIdx.x;
   const int col0 = blockIdx.x * SL;
   for (int64_t r = blockIdx.y; r < rows.count(); r += gridDim.y) {
-  void* dst = rows.dst(r);
-  if (dst == nullptr) continue;  // whole block
-  const float* M = rows.matrix(r);
-  // the row: HD values, as floats
+    void* dst = rows.dst(r);
+    if (dst == nullptr) continue;  // whole block
+    const float* M = rows.matrix(r);
+    // the row: HD values, as floats
 #pragma unroll
-  for (int i = lane; i < HD; i += 32) {
-    if constexpr (InF) x[i] = static_cast<const float*>(rows.src(r))[i];
-    else x[i] = bf16_bits_to_float(static_cast<const uint16_t*>(rows.src(r))[i]);
-  }
-  // the slice: HD x 32 floats, 64 loads in flight per lane at a time
-  constexpr int BATCH = HD < 64 ? HD : 64;
-#pragma unroll
-  for (int k0 = 0; k0 < HD; k0 += BATCH) {
-    float v[BATCH];
-#pragma unroll
-    for (int k = 0; k < BATCH; ++k) {
-      if constexpr (!TRANSPOSE) v[k] = __ldg(M + static_cast<int64_t>(k0 + k) * HD + col0 + lane);  // row k0+k, one line
-      else v[k] = __ldg(M + static_cast<int64_t>(col0) * HD + (k0 + k) * 32 + lane);  // rows col0.., coalesced
+    for (int i = lane; i < HD; i += 32) {
+      if constexpr (InF) x[i] = static_cast<const float*>(rows.src(r))[i];
+      else x[i] = bf16_bits_to_float(static_cast<const uint16_t*>(rows.src(r))[i]);
     }
+    // the slice: HD x 32 floats, 64 loads in flight per lane at a time
+    constexpr int BATCH = HD < 64 ? HD : 64;
 #pragma unroll
-    for (int k = 0; k < BATCH; ++k) {
-      if constexpr (!TRANSPOSE) {
-        tile[k0 + k][lane] = v[k];
-      } else {  // element e = (k0 + k) * 32 + lane of the 32 x HD block is M[col0 + e / HD][e % HD]
-        const int e = (k0 + k) * 32 + lane;
-        tile[e % HD][e / HD] = v[k];
+    for (int k0 = 0; k0 < HD; k0 += BATCH) {
+      float v[BATCH];
+#pragma unroll
+      for (int k = 0; k < BATCH; ++k) {
+        if constexpr (!TRANSPOSE) v[k] = __ldg(M + static_cast<int64_t>(k0 + k) * HD + col0 + lane);  // row k0+k, one line
+        else v[k] = __ldg(M + static_cast<int64_t>(col0) * HD + (k0 + k) * 32 + lane);  // rows col0.., coalesced
+      }
+#pragma unroll
+      for (int k = 0; k < BATCH; ++k) {
+        if constexpr (!TRANSPOSE) {
+          tile[k0 + k][lane] = v[k];
+        } else {  // element e = (k0 + k) * 32 + lane of the 32 x HD block is M[col0 + e / HD][e % HD]
+          const int e = (k0 + k) * 32 + lane;
+          tile[e % HD][e / HD] = v[k];
+        }
       }
     }
-  }
-  __syncwarp();
-  float acc = 0.f;
+    __syncwarp();
+    float acc = 0.f;
 #pragma unroll 16
-  for (int i = 0; i < HD; ++i) acc = fmaf(x[i], tile[i][lane], acc);
-  if constexpr (OutF) static_cast<float*>(dst)[col0 + lane] = acc;
-  else static_cast<uint16_t*>(dst)[col0 + lane] = static_cast<uint16_t>(__float_as_uint(round_to_bf16(acc)) >> 16);
-  __syncwarp();  // the next row reuses x and tile
+    for (int i = 0; i < HD; ++i) acc = fmaf(x[i], tile[i][lane], acc);
+    if constexpr (OutF) static_cast<float*>(dst)[col0 + lane] = acc;
+    else static_cast<uint16_t*>(dst)[col0 + lane] = static_cast<uint16_t>(__float_as_uint(round_to_bf16(acc)) >> 16);
+    __syncwarp();  // the next row reuses x and tile
   }
 }
 
