@@ -9,7 +9,9 @@ cache written) is timed per call.
 Caches are allocated through the C API (kernels/python/oscar_kv); every call runs on torch's current stream;
 K/V are rotated over copies so that each repeat reads at least 256 MB (more than the 50 MB L2).
 Usage: python3 experiments/bench_decode_graph.py --lib liboscar_kernels.so [--head-dims 64 128 256]
-       [--batch 1 8 32] [--ctx 32768 131072] [--json out.json] [--markdown out.md]
+       [--batch 1 8 32] [--ctx 32768 131072] [--softcap C] [--json out.json] [--markdown out.md]
+--softcap C (> 0): the quantized decodes go through oscar_*_decode_ex with Gemma 2's soft-capping C (the cost of
+the capped path; the baselines are unchanged).
 """
 import argparse
 import ctypes as C
@@ -95,7 +97,7 @@ def omni_read_bytes(L, D, bits, hkv):  # per (sequence, KV head): omnifmt::decod
     return (L - nb) * 4 * D + nb * (2 * D * bits / 8 + 4 * D / 32 * 2 + 2 / hkv)
 
 
-def bench_shape(lib, D, hq, hkv, B, L, reps, cp):
+def bench_shape(lib, D, hq, hkv, B, L, reps, cp, softcap=0.0):
     stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731
     bf16_bytes = B * hkv * L * D * 2 * 2
     nrot = max(1, min(64, math.ceil(256e6 / bf16_bytes)))
@@ -156,9 +158,15 @@ def bench_shape(lib, D, hq, hkv, B, L, reps, cp):
                 pre_us = per_call_us(pre, nrot, max(nrot, reps // 2))
                 cache_bytes = (lib.cov_cache_bytes(B, hkv, D, bits, L) if fmt == "cov" else lib.omni_cache_bytes(B, hkv, D, bits, L))
 
+                logits = oscar_kv._capi.DecodeLogits(softcap, None)
+
                 def dec(i):
-                    lib.call(dec_fn, C.byref(caches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(),
-                             ws.data_ptr(), ws_bytes, stream())
+                    if softcap > 0:
+                        lib.call(dec_fn + "_ex", C.byref(caches[i % nrot]), None, C.byref(logits), q.data_ptr(), hq,
+                                 lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(), ws_bytes, stream())
+                    else:
+                        lib.call(dec_fn, C.byref(caches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(),
+                                 ws.data_ptr(), ws_bytes, stream())
                 res = {"call_us": per_call_us(dec, 5, reps), "graph_us": graph_us(dec, reps)}
                 dec(0)
                 torch.cuda.synchronize()
@@ -215,6 +223,7 @@ def main():
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--ctx", type=int, nargs="+", default=[32768, 131072])
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--softcap", type=float, default=0.0, help="> 0: quantized decodes with this soft-capping")
     ap.add_argument("--json", default="")
     ap.add_argument("--markdown", default="")
     args = ap.parse_args()
@@ -228,7 +237,7 @@ def main():
         hq, hkv = HEADS[D]
         for B in args.batch:
             for L in args.ctx:
-                r = bench_shape(lib, D, hq, hkv, B, L, args.reps, cp)
+                r = bench_shape(lib, D, hq, hkv, B, L, args.reps, cp, args.softcap)
                 if r:
                     results.append(r)
                     print(f"  D={D} B={B} L={L} done ({time.time() - t0:.0f} s)", flush=True)

@@ -1,6 +1,6 @@
 // gpu_test_ops_host.cpp: the GPU driver's body (main is in gpu_test_ops.cu): every kernel entry point
 // against its CPU twin, in the spirit of llama.cpp's test-backend-ops. A table of cases
-//   op ∈ {fwht, prefill, append, decode, long, real, api, rotated} × format ∈ {cov, omni, bf16} × bits ∈ {2, 4} × shape
+//   op ∈ {fwht, prefill, append, decode, long, real, api, rotated, logits} × format ∈ {cov, omni, bf16} × bits ∈ {2, 4} × shape
 // is built from the shape lists below (a new shape, head_dim or GQA group is one line there); each case runs
 // on the GPU, is compared with its twin (tests/twins/, proven equal to lib's reference by test_twins) and
 // prints one line; the run ends with "N passed, N failed, N skipped". This file is compiled by the host
@@ -36,6 +36,9 @@
 //     3, 12, 20, 25, fp16); skipped, never passed, without one; a given file that cannot be read fails.
 //     Measured on the H100 (2026-11-24): smollm2-hd64 cov INT2 worst 2.1e-3 (layer 20), INT4 1.4e-3 (layer 3);
 //     kjv-hd128 cov INT2 3.1e-3, INT4 1.3e-3, omni INT2 1.1e-3, INT4 1.2e-3.
+//   logits: the *_decode_ex entry points with Gemma 2's soft-capping, gpt-oss's per-head sink logits, and both, against
+//     float64 attention with the same modifiers (attn_twin::Logits) over the cache (which equals the twin first); same bound
+//     as decode. Each modifier must move the float64 output by more than 5x the bound, so a kernel ignoring it fails.
 //   api: the C API rejects bad shapes, pointers, lengths and workspaces with the right status (and names
 //     the argument), and the allocators reject bad shapes.
 #include <cuda_runtime.h>
@@ -77,10 +80,10 @@ constexpr double kDecodeBound = 1e-2, kLongBound = 5e-3, kRealBound = 1e-2;
 // ---------------------------------------------------------------------------------------------------------
 // The case table.
 
-enum class Op { Fwht, Prefill, Append, Decode, Long, Real, Api, Rotated };
+enum class Op { Fwht, Prefill, Append, Decode, Long, Real, Api, Rotated, Logits };
 enum class Fmt { None, Cov, Omni, Bf16 };
 const char* op_name(Op o) {
-  static const char* n[] = {"fwht", "prefill", "append", "decode", "long", "real", "api", "rotated"};
+  static const char* n[] = {"fwht", "prefill", "append", "decode", "long", "real", "api", "rotated", "logits"};
   return n[int(o)];
 }
 const char* fmt_name(Fmt f) {
@@ -199,6 +202,11 @@ std::vector<Case> build_table() {
     for (int bits : {2, 4})
       for (const Shape& s : quant)
         if (s.name == "mix-h3" || s.name == "mix-hd64-h3" || s.name == "stress-hd256-h2") t.push_back({Op::Rotated, f, bits, s});
+  // logits: head_dim 128 / 64 / 256, GQA 4 / 3 / 2, windows, body and appends
+  for (Fmt f : {Fmt::Cov, Fmt::Omni})
+    for (int bits : {2, 4})
+      for (const Shape& s : decode)
+        if (s.name == "peaky-g4" || s.name == "stress-g3-hd64-appended" || s.name == "peaky-g2-hd256") t.push_back({Op::Logits, f, bits, s});
   for (const Shape& s : real)
     for (Fmt f : {Fmt::Cov, Fmt::Omni})
       for (int bits : {2, 4}) t.push_back({Op::Real, f, bits, s});
@@ -315,6 +323,10 @@ struct CovFmt {
                                  void* ws, size_t wsb, oscar_error* e) {
     return oscar_cov_decode_rotated(&c, r, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
   }
+  static oscar_status decode_ex(const Dev& c, const oscar_decode_logits* lg, const void* q, int hq, const int32_t* l, int32_t mx, float sc,
+                                float* out, void* ws, size_t wsb, oscar_error* e) {
+    return oscar_cov_decode_ex(&c, nullptr, lg, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
+  }
   static Twin empty(int B, int H, int D, int bits, int64_t cap) { return cov_twin::empty(B, H, D, bits, cap); }
   static Twin build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std::vector<int>& lens, int bits, int64_t cap) {
     return cov_twin::build(k, v, lens, bits, cap);
@@ -353,6 +365,10 @@ struct OmniFmt {
   static oscar_status decode_rot(const Dev& c, const oscar_rotation* r, const void* q, int hq, const int32_t* l, int32_t mx, float sc, float* out,
                                  void* ws, size_t wsb, oscar_error* e) {
     return oscar_omni_decode_rotated(&c, r, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
+  }
+  static oscar_status decode_ex(const Dev& c, const oscar_decode_logits* lg, const void* q, int hq, const int32_t* l, int32_t mx, float sc,
+                                float* out, void* ws, size_t wsb, oscar_error* e) {
+    return oscar_omni_decode_ex(&c, nullptr, lg, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
   }
   static Twin empty(int B, int H, int D, int bits, int64_t cap) { return omni_twin::empty(B, H, D, bits, cap); }
   static Twin build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std::vector<int>& lens, int bits, int64_t cap) {
@@ -605,6 +621,79 @@ void op_decode(Ctx& ctx, const Case& c) {
                             [&](int b, int h, int64_t L, auto& K, auto& V) { F::head(tw, b, h, L, K, V); });
   }
   check_outputs(ctx, out, ref, cur, all_seqs(B), s.hq, D, kDecodeBound, "");
+}
+
+// logits: the *_decode_ex entry points with soft-capping, sink logits and both, against float64 attention with the
+// same modifiers over the cache; each modifier moves the reference output well past the bound.
+template <class F>
+void op_logits(Ctx& ctx, const Case& c) {
+  const Shape& s = c.shape;
+  const int T = max_len(s), B = int(s.lens.size()), D = s.head_dim;
+  const double scale = 1.0 / std::sqrt(double(D));
+  const twins::Inputs in = twins::make_inputs(s.profile, B, s.hq, s.hkv, T, D, seed_of(c));
+  DevBuf dk, dv, dl, dq, dsinks;
+  if (!dk.upload(ctx, in.k.x, "k") || !dv.upload(ctx, in.v.x, "v") || !dq.upload(ctx, in.q, "q") || !dl.alloc(ctx, size_t(B) * 4, "lens"))
+    return;
+  DevCache<F> dc;
+  std::vector<int> cur;
+  if (!dc.create(ctx, B, s.hkv, D, c.bits, T) || !fill(ctx, dc, in, dk, dv, dl, s.lens, s.appends, cur)) return;
+  const typename F::Twin tw = F::build(in.k, in.v, cur, c.bits, T);
+  if (!same_as_twin(ctx, dc, tw, "cache before decode")) return;
+  const auto head = [&](int b, int h, int64_t L, auto& K, auto& V) { F::head(tw, b, h, L, K, V); };
+  // Sinks on the scale of the scores: query head hq's sink is the log-sum-exp of its scores in the longest sequence
+  // plus N(0, 1), so that it takes a sizeable share of that sequence's softmax (a fixed value can vanish next to
+  // scores of ~40, as in the stress data).
+  const int bl = int(std::max_element(cur.begin(), cur.end()) - cur.begin());
+  std::mt19937 rng(seed_of(c) + 77);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::vector<float> sinks(size_t(s.hq));
+  std::vector<double> K, V;
+  for (int h = 0; h < s.hkv; ++h) {
+    head(bl, h, cur[size_t(bl)], K, V);
+    for (int gq = 0; gq < s.hq / s.hkv; ++gq) {
+      const int hq = h * (s.hq / s.hkv) + gq;
+      const uint16_t* q = &in.q[(size_t(bl) * s.hq + size_t(hq)) * D];
+      double m = -INFINITY, l = 0;
+      std::vector<double> sc(static_cast<size_t>(cur[size_t(bl)]));
+      for (size_t t = 0; t < sc.size(); ++t) {
+        double d = 0;
+        for (int ch = 0; ch < D; ++ch) d += double(oscar::bf16_bits_to_float(q[ch])) * K[t * size_t(D) + size_t(ch)];
+        sc[t] = d * scale;
+        m = std::max(m, sc[t]);
+      }
+      for (double x : sc) l += std::exp(x - m);
+      sinks[size_t(hq)] = float(m + std::log(l) + nd(rng));
+    }
+  }
+  if (!dsinks.upload(ctx, sinks, "sinks")) return;
+  const std::vector<double> plain = attn_twin::decode(in.q, cur, all_seqs(B), s.hq, s.hkv, D, scale, head);
+  const int mx = std::max(1, *std::max_element(cur.begin(), cur.end()));
+  const size_t wsb = oscar_decode_workspace_bytes(B, s.hq, s.hkv, D, mx, 1);
+  DevBuf dws, dout;
+  if (!dws.alloc(ctx, wsb, "workspace") || !dout.alloc(ctx, size_t(B) * s.hq * D * 4, "out")) return;
+  constexpr double kSoftcap = 2.0;  // scores of these inputs reach ~10: a cap of 2 bends most of them
+  struct Variant { const char* name; double softcap; bool sinks; };
+  for (const Variant& v : {Variant{"softcap", kSoftcap, false}, Variant{"sinks", 0.0, true}, Variant{"softcap+sinks", kSoftcap, true}}) {
+    const std::vector<double> ref =
+        attn_twin::decode(in.q, cur, all_seqs(B), s.hq, s.hkv, D, scale, head, v.softcap, v.sinks ? sinks : std::vector<float>{});
+    // The modifier must matter on these inputs: the float64 outputs with and without it differ by > 5x the bound somewhere.
+    double moved = 0;
+    for (size_t o = 0; o + D <= ref.size(); o += size_t(D)) {
+      std::vector<float> pf(plain.begin() + long(o), plain.begin() + long(o + D));
+      moved = std::max(moved, attn_twin::rel_err(pf.data(), &ref[o], D));
+    }
+    if (!(moved > 5 * kDecodeBound)) ctx.fail("%s: the modifier moves the float64 output by only %.2e: the case cannot catch it", v.name, moved);
+    const oscar_decode_logits lg{float(v.softcap), v.sinks ? dsinks.as<float>() : nullptr};
+    if (!ctx.cuda(cudaMemset(dout.p, 0xff, dout.bytes), "poison out")) return;
+    oscar_error err{};
+    if (!ctx.ok(F::decode_ex(dc.c, &lg, dq.p, s.hq, dl.as<int32_t>(), mx, float(scale), dout.as<float>(), dws.p, wsb, &err), err, "decode_ex") ||
+        !ctx.cuda(cudaDeviceSynchronize(), "decode sync"))
+      return;
+    const std::vector<float> out = download<float>(ctx, dout.p, size_t(B) * s.hq * D, "out");
+    char label[96];
+    std::snprintf(label, sizeof label, "%s (moves ref %.2f)", v.name, moved);
+    check_outputs(ctx, out, ref, cur, all_seqs(B), s.hq, D, kDecodeBound, label);
+  }
 }
 
 // rotated: the *_rotated entry points on unrotated rows against the plain entry points on rows the
@@ -938,6 +1027,7 @@ void run_case(Ctx& ctx, const Case& c) {
     case Op::Long: omni ? op_long<OmniFmt>(ctx, c) : op_long<CovFmt>(ctx, c); break;
     case Op::Real: omni ? op_real<OmniFmt>(ctx, c) : op_real<CovFmt>(ctx, c); break;
     case Op::Rotated: omni ? op_rotated<OmniFmt>(ctx, c) : op_rotated<CovFmt>(ctx, c); break;
+    case Op::Logits: omni ? op_logits<OmniFmt>(ctx, c) : op_logits<CovFmt>(ctx, c); break;
     case Op::Api:
       if (c.fmt == Fmt::None) api_fwht(ctx);
       else if (c.fmt == Fmt::Bf16) api_bf16(ctx, c.shape);
@@ -965,7 +1055,7 @@ void usage(const char* argv0) {
   std::printf(
       "usage: %s [-o OPS] [-f FORMATS] [-b BITS] [-s SHAPES] [--slow] [--list] [--long-batch N] [--long-len N]\n"
       "          [--real-dump FILE]\n"
-      "  -o OPS       comma list of fwht, prefill, append, decode, long, real, api, rotated (default: all)\n"
+      "  -o OPS       comma list of fwht, prefill, append, decode, long, real, api, rotated, logits (default: all)\n"
       "  -f FORMATS   comma list of cov, omni, bf16, - (fwht and its api case) (default: all)\n"
       "  -b BITS      comma list of 2, 4, 0 (cases without bits: bf16, fwht, api of fwht/bf16) (default: all)\n"
       "  -s SHAPES    only cases whose shape name contains one of these (comma list)\n"
@@ -1018,7 +1108,7 @@ int gpu_test_ops_main(int argc, char** argv) {
     return 2;
   }
   for (const std::string& o : ops)
-    if (!listed({"fwht", "prefill", "append", "decode", "long", "real", "api", "rotated"}, o)) {
+    if (!listed({"fwht", "prefill", "append", "decode", "long", "real", "api", "rotated", "logits"}, o)) {
       std::fprintf(stderr, "gpu_test_ops: unknown op %s (see --help)\n", o.c_str());
       return 2;
     }

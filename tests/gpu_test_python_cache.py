@@ -121,7 +121,24 @@ def run(fmt, D, bits):
         o = eager.decode(q[perm], scale)
     side.synchronize()
     check(torch.equal(o, after), f"{fmt} hd{D} {bits}b: decode on a side stream")
-    print(f"{fmt:10s} hd{D:<3d} {bits}b: decode vs reference {worst:.1e}, graph == eager: {same}", flush=True)
+    # logit modifiers (Gemma 2's soft-capping, gpt-oss's sinks) against the reference with the same modifiers; each
+    # must move the output (a decode that ignored it would fail)
+    # sinks on the scale of the scores: each head's log-sum-exp in the first sequence plus N(0, 1)
+    sinks = python_twins.logsumexp(eager, q[perm], scale)[0] + torch.randn(H * G, generator=g).cuda()
+    worst_mod = 0.0
+    for softcap, sk in ((1.5, None), (0.0, sinks), (1.5, sinks)):
+        eager.set_logits(softcap, sk)
+        o = eager.decode(q[perm], scale)
+        ref = python_twins.reference_decode(eager, q[perm], scale)
+        err = ((o - ref).norm() / ref.norm()).item()
+        moved = ((ref - after).norm() / ref.norm()).item()
+        worst_mod = max(worst_mod, err)
+        check(err <= 2e-2 and moved > 0.1, f"{fmt} hd{D} {bits}b: softcap {softcap}, sinks {sk is not None}: rel err "
+              f"{err:.2e} (bound 2e-2), the modifiers move the output by {moved:.2e} (need > 0.1)")
+    eager.set_logits()
+    check(torch.equal(eager.decode(q[perm], scale), after), f"{fmt} hd{D} {bits}b: set_logits() back to plain")
+    print(f"{fmt:10s} hd{D:<3d} {bits}b: decode vs reference {worst:.1e}, graph == eager: {same}, "
+          f"with softcap/sinks {worst_mod:.1e}", flush=True)
     for c in (eager, graphed):
         c.close()
 

@@ -100,20 +100,42 @@ def rotations(kv):
     return rk.expand(H, D, D), rv.expand(H, D, D)
 
 
-def reference_decode(kv, q, scale):
-    """fp32 attention of q (bf16 [B][Hq][D], unrotated) over the dequantized cache: o = softmax(scale q' K'^T) V' R_V^T."""
+def _scores(kv, q, scale):
+    """[(b, h, fp32 scores of query head h of sequence b over its n tokens, V rows, R_V)], as the kernels see them."""
     K, V, lens = (dequant_omni if kv.spec.fmt == "oscar-omni" else dequant_cov)(kv)
     B, Hq, D = q.shape
-    H = kv.spec.num_kv_heads
-    g = Hq // H
+    g = Hq // kv.spec.num_kv_heads
     rk, rv = rotations(kv)
-    out = torch.zeros(B, Hq, D, device=kv.device)
     qf = q.float()
     for b in range(B):
         n = lens[b]
         for h in range(Hq):
             kvh = h // g
             qr = (qf[b, h] @ rk[kvh]).to(torch.bfloat16).float()  # the kernels rotate the query into bf16
-            w = torch.softmax(scale * (K[b, kvh, :n] @ qr), dim=0)
-            out[b, h] = (w @ V[b, kvh, :n]) @ rv[kvh].T
+            yield b, h, scale * (K[b, kvh, :n] @ qr), V[b, kvh, :n], rv[kvh]
+
+
+def logsumexp(kv, q, scale):
+    """float32 [B][Hq]: log sum_j e^{s_j} of the plain scores (no modifiers); -inf for an empty sequence."""
+    out = torch.full(q.shape[:2], float("-inf"), device=kv.device)
+    for b, h, s, _, _ in _scores(kv, q, scale):
+        if s.numel():
+            out[b, h] = torch.logsumexp(s, 0)
+    return out
+
+
+def reference_decode(kv, q, scale):
+    """fp32 attention of q (bf16 [B][Hq][D], unrotated) over the dequantized cache: o = softmax(scale q' K'^T) V' R_V^T,
+    with the cache's logit modifiers (kv.softcap: s -> c tanh(s / c); kv.sinks: e^sink in each head's denominator)."""
+    out = torch.zeros(q.shape, device=kv.device)
+    for b, h, s, v, rv in _scores(kv, q, scale):
+        n = s.shape[0]
+        if n == 0:
+            continue
+        if kv.softcap > 0:
+            s = kv.softcap * torch.tanh(s / kv.softcap)
+        if kv.sinks is not None:
+            s = torch.cat([s, kv.sinks[h:h + 1]])
+        w = torch.softmax(s, dim=0)[:n]
+        out[b, h] = (w @ v) @ rv.T
     return out

@@ -101,6 +101,15 @@ TEST_CASE("oscar-cov C API rejects bad input with a message", "[kv_api]") {
   rot = {OSCAR_ROTATION_MATRIX, 2, static_cast<const float*>(io.at(0)), static_cast<const float*>(io.at(0))};
   CHECK(oscar_cov_prefill_rotated(&c, &rot, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "per_head=2"));
+  // logit modifiers: a NaN, infinite or negative soft-cap and misaligned sinks are refused with their names
+  oscar_decode_logits lg{std::nanf(""), nullptr};
+  CHECK(oscar_cov_decode_ex(&c, nullptr, &lg, k, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "oscar_cov_decode_ex: logits->softcap=nan"));
+  lg = {INFINITY, nullptr};
+  CHECK(oscar_cov_decode_ex(&c, nullptr, &lg, k, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  lg = {50.f, reinterpret_cast<const float*>(static_cast<char*>(io.at(0)) + 2)};
+  CHECK(oscar_cov_decode_ex(&c, nullptr, &lg, k, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_MISALIGNED);
+  CHECK(says(err, "logits->sinks"));
   CHECK(oscar_bf16_decode(k, v, 2, 2, 1000, 96, k, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
   CHECK(oscar_bf16_decode(k, v, 2, 2, 1000, 128, k, 8, lens, 1001, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "capacity"));
@@ -158,6 +167,9 @@ TEST_CASE("oscar-omni C API rejects bad input with a message", "[kv_api]") {
   orot = {9, 0, nullptr, nullptr};
   CHECK(oscar_omni_decode_rotated(&c, &orot, k, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "rotation->kind=9"));
+  const oscar_decode_logits lg{-1.f, nullptr};
+  CHECK(oscar_omni_decode_ex(&c, nullptr, &lg, k, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "oscar_omni_decode_ex: logits->softcap=-1"));
   CHECK(oscar_omni_decode(&c, k, 34, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_UNSUPPORTED);
   CHECK(oscar_omni_decode(&c, static_cast<char*>(k) + 8, 8, lens, 100, 1.f, out, ws, wsb, nullptr, &err) == OSCAR_ERR_MISALIGNED);
   CHECK(oscar_omni_decode(&c, k, 8, lens, 1151, 1.f, out, ws, 16, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);

@@ -7,9 +7,10 @@ tensor checks reject a wrong shape, dtype, device and layout with messages namin
 small duck-typed tensors, and on real CPU torch tensors where torch is installed). With torch and transformers:
 creating a cache without CUDA raises OscarError (no device) after the argument checks; the transformers integration
 imports, refuses unknown recipes/bits and oscar-cov without rotations, refuses an unsupported architecture, and
-its layer plan for the tiny models of every supported architecture (head_dim 64) puts sliding-window, soft-capped
-and sink layers on an ordinary cache with the reason, and a model whose every layer falls back (gemma2, gpt_oss,
-mistral with a window) gives the eager model's logits. Exit 0 passed, 1 failed, 77 library not built.
+its layer plan for the tiny models of every supported architecture (head_dim 64) puts sliding-window layers on an
+ordinary cache with the reason (soft-capped and sink full-attention layers go to the kernels), and a model whose every
+layer falls back (gemma2 and gpt_oss with only sliding layers: their soft-capping and sinks, which transformers' SDPA
+function drops; mistral with a window) gives the eager model's logits. Exit 0 passed, 1 failed, 77 library not built.
 """
 import subprocess
 import sys
@@ -101,6 +102,12 @@ def main():
     raises(lambda: spec.check_decode(Duck((2, 32, 128)), Duck((2, 32, 128))), ValueError, "out: dtype bfloat16",
            "float32", what="decode out")
     raises(lambda: check_tensor("x", [1, 2], "bfloat16", (2,)), ValueError, "got list", what="not a tensor")
+    spec.check_logits(50.0, Duck((32,), dtype="torch.float32"))
+    raises(lambda: spec.check_logits(float("nan"), None), ValueError, "softcap: nan", ">= 0", what="softcap NaN")
+    raises(lambda: spec.check_logits(-1, None), ValueError, "softcap: -1", what="softcap negative")
+    raises(lambda: spec.check_logits(0.0, Duck((8,), dtype="torch.float32")), ValueError, "sinks", "[32]", what="sinks shape")
+    raises(lambda: spec.check_logits(0.0, Duck((32,), dtype="torch.int32")), ValueError, "sinks: dtype int32",
+           what="sinks dtype")
 
     try:
         import torch
@@ -130,8 +137,8 @@ def main():
             import oscar_kv.hf as okv
             from oscar_kv import hf_dump
             from transformers import AutoModelForCausalLM
-            want = {"mistral": [], "gemma2": [], "gpt_oss": [], "gemma3": [3]}
-            reasons = {"mistral": "sliding attention (window 24)", "gemma2": "soft-capping", "gpt_oss": "sinks",
+            want = {"mistral": [], "gemma2": [1, 3], "gpt_oss": [1, 3], "gemma3": [3]}
+            reasons = {"mistral": "sliding attention (window 24)", "gemma2": "sliding attention", "gpt_oss": "sliding attention",
                        "gemma3": "sliding attention"}
             for arch in hf_dump.ARCHS:
                 with torch.device("meta"):
@@ -149,7 +156,10 @@ def main():
                            "/nonexistent/r.h5", "oscar-rotate", what="missing rotations file")
             # models whose every layer falls back compute what the model computes (CPU: no kernel is called)
             for arch in ("gemma2", "gpt_oss", "mistral"):
-                model, _, _, _ = hf_dump.build_random(arch, "cpu", torch.float32, cfg=hf_dump.tiny_config(arch, head_dim=64))
+                cfg = hf_dump.tiny_config(arch, head_dim=64)
+                if arch != "mistral":  # only sliding layers: the soft-capped / sink layers that fall back
+                    cfg.layer_types = ["sliding_attention"] * cfg.num_hidden_layers
+                model, _, _, _ = hf_dump.build_random(arch, "cpu", torch.float32, cfg=cfg)
                 ids = torch.randint(3, 500, (2, 40), generator=torch.Generator().manual_seed(1))
                 model.set_attn_implementation("eager")
                 with torch.no_grad():

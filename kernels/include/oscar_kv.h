@@ -39,6 +39,15 @@ typedef struct oscar_rotation {
   const float* value;  /* MATRIX: R_V, same shape; v' = v R_V, decode returns o = o' R_V^T */
 } oscar_rotation;
 
+/* Logit modifiers of a decode (the *_decode_ex entry points); NULL, or softcap 0 and sinks NULL, is plain softmax.
+ *   softcap > 0: every score s = softmax_scale * q.k becomes softcap * tanh(s / softcap) (Gemma 2's attention soft-capping).
+ *   sinks: NULL or device float32 [num_q_heads], 4-byte aligned: one logit per query head that joins the softmax denominator
+ *     with no value (gpt-oss's attention sinks): out_h = sum_j e^{s_j} v_j / (e^{sinks[h]} + sum_j e^{s_j}); 0 with no token. */
+typedef struct oscar_decode_logits {
+  float softcap;
+  const float* sinks;
+} oscar_decode_logits;
+
 typedef struct oscar_cov_cache {
   int32_t batch, num_kv_heads, head_dim, bits; /* bits: 2 or 4 */
   int32_t sink, recent;                        /* BF16 window sizes in tokens (64, 256 for oscar-cov) */
@@ -86,6 +95,10 @@ oscar_status oscar_cov_append_rotated(const oscar_cov_cache* cache, const oscar_
 oscar_status oscar_cov_decode_rotated(const oscar_cov_cache* cache, const oscar_rotation* rotation, const void* q,
                                       int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
                                       float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
+/* oscar_cov_decode_rotated with logit modifiers (see oscar_decode_logits; logits NULL: exactly oscar_cov_decode_rotated). */
+oscar_status oscar_cov_decode_ex(const oscar_cov_cache* cache, const oscar_rotation* rotation, const oscar_decode_logits* logits,
+                                 const void* q, int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
+                                 float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
 
 /* Workspace bytes oscar_cov_decode / oscar_omni_decode (quantized = 1) / oscar_bf16_decode (0) need for these shapes on the current device. */
 size_t oscar_decode_workspace_bytes(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
@@ -156,6 +169,10 @@ oscar_status oscar_omni_append_rotated(const oscar_omni_cache* cache, const osca
 oscar_status oscar_omni_decode_rotated(const oscar_omni_cache* cache, const oscar_rotation* rotation, const void* q,
                                        int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
                                        float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
+/* oscar_omni_decode_rotated with logit modifiers (see oscar_decode_logits; NULL: exactly oscar_omni_decode_rotated). */
+oscar_status oscar_omni_decode_ex(const oscar_omni_cache* cache, const oscar_rotation* rotation, const oscar_decode_logits* logits,
+                                  const void* q, int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
+                                  float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
 
 #ifdef __cplusplus
 }

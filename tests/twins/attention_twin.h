@@ -13,18 +13,26 @@
 
 namespace attn_twin {
 
-// o[0..D) = softmax(scale * q K^T) V over the first L rows of K, V ([L][D]); o = 0 when L == 0.
+// The logit modifiers of the *_decode_ex entry points (oscar_decode_logits): softcap > 0 maps every score s to
+// softcap tanh(s / softcap); sink (finite) joins the softmax denominator as e^sink with no value.
+struct Logits {
+  double softcap = 0;
+  double sink = -INFINITY;
+};
+
+// o[0..D) = softmax(scale * q K^T) V over the first L rows of K, V ([L][D]), with the logit modifiers lg; o = 0 when L == 0.
 inline void attention(const double* q, const std::vector<double>& K, const std::vector<double>& V, int64_t L, int D, double scale,
-                      double* o) {
+                      double* o, const Logits& lg = {}) {
   std::vector<double> s(static_cast<size_t>(L));
   double m = -INFINITY;
   for (int64_t t = 0; t < L; ++t) {
     double d = 0;
     for (int c = 0; c < D; ++c) d += q[c] * K[size_t(t) * D + c];
-    s[size_t(t)] = d * scale;
+    s[size_t(t)] = lg.softcap > 0 ? lg.softcap * std::tanh(d * scale / lg.softcap) : d * scale;
     m = std::max(m, s[size_t(t)]);
   }
-  double l = 0;
+  m = std::max(m, lg.sink);
+  double l = std::isfinite(lg.sink) ? std::exp(lg.sink - m) : 0.0;
   for (int c = 0; c < D; ++c) o[c] = 0;
   for (int64_t t = 0; t < L; ++t) {
     const double p = std::exp(s[size_t(t)] - m);
@@ -36,10 +44,10 @@ inline void attention(const double* q, const std::vector<double>& K, const std::
 
 // The same with a bf16 query (raw bits).
 inline void attention_bf16q(const uint16_t* q, const std::vector<double>& K, const std::vector<double>& V, int64_t L, int D, double scale,
-                            double* o) {
+                            double* o, const Logits& lg = {}) {
   std::vector<double> qd(D);
   for (int c = 0; c < D; ++c) qd[c] = oscar::bf16_bits_to_float(q[c]);
-  attention(qd.data(), K, V, L, D, scale, o);
+  attention(qd.data(), K, V, L, D, scale, o, lg);
 }
 
 // ||got - ref|| / ||ref|| (absolute when ref = 0); infinity when got holds a non-finite value.
@@ -66,10 +74,11 @@ inline void bf16_head(const twins::Bf16Rows& k, const twins::Bf16Rows& v, int b,
 }
 
 // Decode of sequences `seqs` of a batch: q bf16 [B][Hq][D]; head(b, h, L, K, V) fills the cache rows of
-// KV head h. Returns out [B][Hq][D] in double (zero for sequences not in `seqs`).
+// KV head h. Returns out [B][Hq][D] in double (zero for sequences not in `seqs`). softcap, sinks ([Hq] or empty): the
+// logit modifiers (Logits) of query head hq.
 template <class Head>
 std::vector<double> decode(const std::vector<uint16_t>& q, const std::vector<int>& lens, const std::vector<int>& seqs, int Hq, int Hkv,
-                           int D, double scale, Head head) {
+                           int D, double scale, Head head, double softcap = 0, const std::vector<float>& sinks = {}) {
   std::vector<double> out(lens.size() * size_t(Hq) * D, 0.0), K, V;
   const int G = Hq / Hkv;
   for (int b : seqs)
@@ -77,7 +86,9 @@ std::vector<double> decode(const std::vector<uint16_t>& q, const std::vector<int
       head(b, h, int64_t(lens[size_t(b)]), K, V);
       for (int g = 0; g < G; ++g) {
         const size_t o = (size_t(b) * Hq + size_t(h) * G + g) * D;
-        attention_bf16q(&q[o], K, V, lens[size_t(b)], D, scale, &out[o]);
+        const int hq = h * G + g;
+        const Logits lg{softcap, sinks.empty() ? -INFINITY : double(sinks[size_t(hq)])};
+        attention_bf16q(&q[o], K, V, lens[size_t(b)], D, scale, &out[o], lg);
       }
     }
   return out;

@@ -31,6 +31,12 @@ class Rotation(C.Structure):
 ROTATION_NONE, ROTATION_HADAMARD, ROTATION_MATRIX = 0, 1, 2
 
 
+class DecodeLogits(C.Structure):
+    """oscar_decode_logits (oscar_kv.h): softcap (> 0: scores -> softcap tanh(s / softcap)), sinks (device float32
+    [num_q_heads] sink logits joining the softmax denominator, or NULL)."""
+    _fields_ = [("softcap", C.c_float), ("sinks", C.c_void_p)]
+
+
 class CovCache(C.Structure):
     """oscar_cov_cache (oscar_kv.h)."""
     _fields_ = [("batch", C.c_int32), ("num_kv_heads", C.c_int32), ("head_dim", C.c_int32), ("bits", C.c_int32),
@@ -77,6 +83,7 @@ def default_library_path():
 
 _vp, _i32, _i64, _f32, _size = C.c_void_p, C.c_int32, C.c_int64, C.c_float, C.c_size_t
 _err, _cov, _omni, _rot = C.POINTER(Error), C.POINTER(CovCache), C.POINTER(OmniCache), C.POINTER(Rotation)
+_logits = C.POINTER(DecodeLogits)
 # name: (restype, argtypes); a status-returning function's last argument is its oscar_error*.
 _SIGNATURES = {
     "oscar_status_name": (C.c_char_p, [C.c_int]),
@@ -96,9 +103,11 @@ _SIGNATURES = {
     "oscar_cov_prefill_rotated": (C.c_int, [_cov, _rot, _vp, _vp, _vp, _i32, _vp, _err]),
     "oscar_cov_append_rotated": (C.c_int, [_cov, _rot, _vp, _vp, _vp, _i32, _vp, _err]),
     "oscar_cov_decode_rotated": (C.c_int, [_cov, _rot, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
+    "oscar_cov_decode_ex": (C.c_int, [_cov, _rot, _logits, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
     "oscar_omni_prefill_rotated": (C.c_int, [_omni, _rot, _vp, _vp, _vp, _i32, _vp, _err]),
     "oscar_omni_append_rotated": (C.c_int, [_omni, _rot, _vp, _vp, _vp, _i32, _vp, _err]),
     "oscar_omni_decode_rotated": (C.c_int, [_omni, _rot, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
+    "oscar_omni_decode_ex": (C.c_int, [_omni, _rot, _logits, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
     "oscar_decode_workspace_bytes": (_size, [_i32, _i32, _i32, _i32, _i32, _i32]),
     "oscar_bf16_decode": (C.c_int, [_vp, _vp, _i32, _i32, _i64, _i32, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
     "oscar_omni_cache_create": (C.c_int, [_omni, _i32, _i32, _i32, _i32, _i64, _err]),

@@ -6,6 +6,8 @@ max_seq_len do no host synchronisation and allocate nothing, so they can be capt
 argument raises ValueError before any kernel runs; a failing C call raises OscarError with the C message.
 Inputs: bf16 K/V [batch][kv_heads][tokens][head_dim] (post-RoPE, unrotated: the rotation is applied in the
 kernels), bf16 queries [batch][q_heads][head_dim]; decode returns float32 [batch][q_heads][head_dim], un-rotated.
+Logit modifiers (set at creation or with set_logits): softcap (Gemma 2's attention soft-capping) and per-query-head
+sink logits (gpt-oss), applied inside the decode kernels (oscar_*_decode_ex).
 """
 import ctypes as C
 
@@ -76,7 +78,7 @@ class _KvCache:
     _fmt = None
 
     def __init__(self, batch, num_kv_heads, head_dim, bits, capacity, num_q_heads=None, rotation=None, device=None,
-                 lib=None):
+                 lib=None, softcap=0.0, sinks=None):
         try:
             import torch
         except ImportError:
@@ -104,6 +106,7 @@ class _KvCache:
             self._ws_len = self.capacity
             nbytes = self.lib.decode_workspace_bytes(batch, num_q_heads, num_kv_heads, head_dim, self._ws_len, 1)
             self.workspace = torch.empty(max(nbytes, 16), dtype=torch.uint8, device=self.device)
+        self.set_logits(softcap, sinks)
         self.max_len = 0  # host bound of seq_lens (eager use keeps it exact; after graph replays use set_lengths)
 
     # ---- format hooks
@@ -129,6 +132,19 @@ class _KvCache:
     def _stream(self):
         import torch
         return C.c_void_p(torch.cuda.current_stream(self.device).cuda_stream)
+
+    def set_logits(self, softcap=0.0, sinks=None):
+        """The decode's logit modifiers: softcap > 0 maps each score s (after the scale) to softcap tanh(s / softcap);
+        sinks (tensor [num_q_heads] or None) adds e^sink to each query head's softmax denominator. Kept for every
+        later decode (a float32 device copy of sinks); not to be changed while a captured graph replays."""
+        import torch
+        self.spec.check_logits(softcap, sinks)
+        self.softcap = float(softcap)
+        self.sinks = None if sinks is None else \
+            sinks.detach().to(device=self.device, dtype=torch.float32).contiguous().clone()
+        if self.sinks is not None and not torch.isfinite(self.sinks).all():
+            raise ValueError("sinks: holds NaN or Inf; give finite logits")
+        self._logits = _capi.DecodeLogits(self.softcap, self.sinks.data_ptr() if self.sinks is not None else None)
 
     def _call(self, what, *args):
         self.lib.call(f"oscar_{self._short}_{what}_rotated", C.byref(self._c), C.byref(self._rot), *args)
@@ -161,7 +177,8 @@ class _KvCache:
 
     def decode(self, q, scale, out=None, max_seq_len=None):
         """Attention of one query per sequence over the cache: q bf16 [batch][q_heads][head_dim] -> float32 out
-        [batch][q_heads][head_dim] (allocated when None), softmax(scale q K^T) V over each sequence's tokens."""
+        [batch][q_heads][head_dim] (allocated when None), softmax(scale q K^T) V over each sequence's tokens (with the
+        logit modifiers of set_logits)."""
         import torch
         self.spec.check_decode(q, out)
         bound = self.max_len if max_seq_len is None else int(max_seq_len)
@@ -170,8 +187,9 @@ class _KvCache:
         if out is None:
             out = torch.empty(q.shape, dtype=torch.float32, device=self.device)
         s = self.spec
-        self._call("decode", q.data_ptr(), s.num_q_heads, self.seq_lens.data_ptr(), max(bound, 1), float(scale),
-                   out.data_ptr(), self.workspace.data_ptr(), self.workspace.numel(), self._stream())
+        self.lib.call(f"oscar_{self._short}_decode_ex", C.byref(self._c), C.byref(self._rot), C.byref(self._logits), q.data_ptr(),
+                      s.num_q_heads, self.seq_lens.data_ptr(), max(bound, 1), float(scale), out.data_ptr(),
+                      self.workspace.data_ptr(), self.workspace.numel(), self._stream())
         return out
 
     def set_lengths(self, max_len):
@@ -216,7 +234,8 @@ class _KvCache:
             pass
 
     def __repr__(self):
-        return f"{type(self).__name__}({self.spec}, rotation {self.rotation.kind}, {self.nbytes / 2**20:.1f} MiB)"
+        mods = (f", softcap {self.softcap:g}" if self.softcap else "") + (", sinks" if self.sinks is not None else "")
+        return f"{type(self).__name__}({self.spec}, rotation {self.rotation.kind}{mods}, {self.nbytes / 2**20:.1f} MiB)"
 
 
 class CovKvCache(_KvCache):

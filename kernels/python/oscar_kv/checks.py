@@ -103,6 +103,19 @@ class CacheSpec:
             raise ValueError(f"append: the cache is full ({self.capacity} tokens per sequence); create it with a larger "
                              "capacity (OscarCache: max_cache_len)")
 
+    def check_logits(self, softcap, sinks):
+        """The logit modifiers (oscar_decode_logits): softcap a finite number >= 0 (0 = none); sinks None or a tensor
+        [num_q_heads] (one logit per query head; any float dtype and device: the cache keeps a float32 copy)."""
+        import math
+        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not math.isfinite(softcap) or softcap < 0:
+            raise ValueError(f"softcap: {softcap!r}; give a finite number >= 0 (the model's attention soft-capping; 0 = none)")
+        if sinks is not None:
+            if not hasattr(sinks, "shape") or tuple(int(s) for s in sinks.shape) != (self.num_q_heads,):
+                raise ValueError(f"sinks: {describe(sinks) if hasattr(sinks, 'shape') else type(sinks).__name__}, expected a "
+                                 f"tensor [{self.num_q_heads}] (one sink logit per query head)")
+            if not _dtype_name(sinks).startswith(("float", "bfloat")):
+                raise ValueError(f"sinks: dtype {_dtype_name(sinks)}; give floating-point logits")
+
     def check_decode(self, q, out):
         B, Hq, D = self.batch, self.num_q_heads, self.head_dim
         check_tensor("q", q, "bfloat16", (B, Hq, D), self.device, " ([batch][q_heads][head_dim])")

@@ -6,11 +6,13 @@
     out = model.generate(**inputs, past_key_values=cache, max_new_tokens=64)
     print(cache.summary())                                # which layers ran on the kernels, which did not and why
 
-Contract. OscarCache is a transformers Cache whose eligible layers (full attention, no logit soft-capping, no
-learned sinks, a head_dim and query grouping the kernels are compiled for) hold an oscar_kv quantized cache
+Contract. OscarCache is a transformers Cache whose eligible layers (full attention, a head_dim and query grouping
+the kernels are compiled for; Gemma 2's logit soft-capping and gpt-oss's sink logits run in the kernels) hold an
+oscar_kv quantized cache
 (OmniKvCache or CovKvCache) created at the first forward pass with that pass's batch size; the other layers keep
 transformers' own DynamicLayer / DynamicSlidingWindowLayer. A prompt (the first pass) is attended by PyTorch's
-SDPA in the model's dtype and then written into the quantized cache (the kernels quantize on write); each later
+SDPA in the model's dtype (the model's eager attention where it soft-caps or adds sinks) and then written into the
+quantized cache (the kernels quantize on write); each later
 token is appended and attended by the decode kernel (queries, keys and values in bf16, the output in float32
 then the model's dtype). Left padding is honoured: each sequence's real tokens are stored, pads never attended.
 oscar-cov takes rotation matrices from a file that oscar-rotate wrote (see calibrate()); oscar-omni needs none.
@@ -24,7 +26,6 @@ import tempfile
 import torch
 from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from . import _capi
@@ -59,20 +60,23 @@ def oscar_attention(module, query, key, value, attention_mask, dropout=0.0, scal
     if layer is None:
         return _ordinary_attention(module, kwargs)(module, query, key, value, attention_mask, dropout=dropout,
                                                    scaling=scaling, **kwargs)
-    for name in ("softcap", "s_aux", "sinks", "sliding_window"):
-        if kwargs.get(name) is not None:
-            raise RuntimeError(f"layer {layer.layer_idx}: the model passes {name}={kwargs[name]!r} to attention, which the "
-                               "oscar-kv kernels do not implement; this layer should have been left on an ordinary "
-                               "cache: report the architecture")
+    if kwargs.get("sliding_window") is not None:
+        raise RuntimeError(f"layer {layer.layer_idx}: the model passes sliding_window={kwargs['sliding_window']!r} to "
+                           "attention, which the oscar-kv kernels do not implement; this layer should have been left "
+                           "on an ordinary cache: report the architecture")
     if scaling is None:
         scaling = getattr(module, "scaling", query.shape[-1] ** -0.5)
     return layer.attend(module, query, key, value, attention_mask, dropout, scaling, kwargs)
 
 
+def _sinks(kwargs):
+    """The per-query-head sink logits a model passes to attention (gpt-oss: s_aux), or None."""
+    return kwargs.get("s_aux") if kwargs.get("s_aux") is not None else kwargs.get("sinks")
+
+
 def _ordinary_attention(module, kwargs):
     """SDPA, or the model's own eager attention where soft-capping or sink logits need it (hf_dump.model_attention)."""
-    sinks = kwargs.get("s_aux") if kwargs.get("s_aux") is not None else kwargs.get("sinks")
-    return model_attention(module, kwargs.get("softcap"), sinks)
+    return model_attention(module, kwargs.get("softcap"), _sinks(kwargs))
 
 
 def _valid_keys(mask, B, L):
@@ -129,8 +133,11 @@ class OscarLayer(DynamicLayer):
         B, Hq, Lq, D = query.shape
         if self.kv is None:
             self.kv = self.owner._make_kv(self.layer_idx, B, k.shape[1], D, Hq, k.device)
-        if before == 0 and Lq == k.shape[2]:  # the prompt: SDPA now, then quantized on write
-            out, _ = sdpa_attention_forward(module, query, k, v, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+            # the layer's logit modifiers, fixed for the cache's life (a float32 copy of the sinks)
+            self.kv.set_logits(float(kwargs.get("softcap") or 0.0), _sinks(kwargs))
+        if before == 0 and Lq == k.shape[2]:  # the prompt: SDPA (or the model's eager attention) now, then quantized on write
+            out, _ = _ordinary_attention(module, kwargs)(module, query, k, v, attention_mask, dropout=dropout,
+                                                         scaling=scaling, **kwargs)
             kb, vb = k.to(torch.bfloat16), v.to(torch.bfloat16)
             valid = _valid_keys(attention_mask, B, Lq)
             if valid is None:
@@ -194,10 +201,6 @@ def layer_plan(model, recipe, bits):
         if types[i] != "full_attention":
             w = getattr(cfg, "sliding_window", None)
             why = f"{types[i].replace('_', ' ')}" + (f" (window {w})" if w else "")
-        elif getattr(cfg, "attn_logit_softcapping", None):
-            why = f"attention logit soft-capping ({cfg.attn_logit_softcapping})"
-        elif mt == "gpt_oss":
-            why = "learned attention sinks"
         elif not fmt_ok(D, bits):
             why = f"head_dim {D} at {bits} bits not compiled"
         elif Hq % Hkv or Hq // Hkv > lib.dll.oscar_max_query_group():

@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kWarps * 32) bf16_decode_kernel(const uint16_t
   const int64_t start = blockIdx.x * a.split_len, end = min64(L, start + a.split_len);
   for (int64_t base = start + warp * kBf16Chunk; base < end; base += kWarps * kBf16Chunk) {
     const int n = static_cast<int>(min64(kBf16Chunk, end - base));
-    bf16_tile<HD>(st, kb, vb, [&](int i) { return base + i; }, n, qb, a.sl2, ps_all[warp], g, t);
+    bf16_tile<HD>(st, kb, vb, [&](int i) { return base + i; }, n, qb, a.sl2, a.cap2, ps_all[warp], g, t);
   }
   block_partial_bf16<HD>(st, a, qg, bh, blockIdx.x, cs, warp, g, t);
 }

@@ -75,7 +75,7 @@ __host__ __device__ constexpr float vpos_factor(int mt, int rh) {
 // Packed-body chunk from a shared-memory stage: n valid tokens (n in [1, CH]).
 template <int HD, int BITS>
 __device__ __forceinline__ void int_chunk(WarpState<HD>& st, const uint8_t* stg, int n, const uint32_t (&qf)[Tiles<HD>::MT][2],
-                                          const float (&qsum)[2], const float (&qbias)[2], float sl2, uint16_t* ps, int g, int t) {
+                                          const float (&qsum)[2], const float (&qbias)[2], float sl2, float cap2, uint16_t* ps, int g, int t) {
   using S = IntStage<HD, BITS>;
   constexpr int MT = Tiles<HD>::MT;
   constexpr int SUB = S::CH / 16;
@@ -119,7 +119,7 @@ __device__ __forceinline__ void int_chunk(WarpState<HD>& st, const uint8_t* stg,
       for (int j = 0; j < 2; ++j) s[u][2 * r + j] = valid ? (ksc * (c[2 * r + j] - qbias[j]) + kz * qsum[j]) * sl2 : -INFINITY;
     }
   }
-  softmax_step<SUB>(st, s);
+  softmax_step<SUB>(st, s, cap2);
   // P V. The value A fragments are 128 + code * 2^(BITS*pos); pc sums this chunk's P' (an MMA with ones).
   float pc[4] = {0.f, 0.f, 0.f, 0.f};
   const uint32_t ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};  // bf16 1.0
@@ -229,15 +229,15 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_k
     for (int64_t base = (split - a.nsplit) * (kWarps * 16) + warp * 16; base < nbf; base += a.nwin * (kWarps * 16)) {
       const int n = static_cast<int>(min64(16, nbf - base));
       if (base + n <= ns) {
-        bf16_tile<HD>(st, ks, vs, [&](int i) { return base + i; }, n, qb, a.sl2, ps, g, t);
+        bf16_tile<HD>(st, ks, vs, [&](int i) { return base + i; }, n, qb, a.sl2, a.cap2, ps, g, t);
       } else if (base >= ns) {
         const int64_t t0 = c.S + nb + (base - ns);  // absolute token of logical index base
-        bf16_tile<HD>(st, kr, vr, [&](int i) { return (t0 + i - c.S) % c.W; }, n, qb, a.sl2, ps, g, t);
+        bf16_tile<HD>(st, kr, vr, [&](int i) { return (t0 + i - c.S) % c.W; }, n, qb, a.sl2, a.cap2, ps, g, t);
       } else {  // tile straddles sink and recent (only when sink is not a multiple of 16)
         const int nsk = static_cast<int>(ns - base);
-        bf16_tile<HD>(st, ks, vs, [&](int i) { return base + min(i, nsk - 1); }, nsk, qb, a.sl2, ps, g, t);
+        bf16_tile<HD>(st, ks, vs, [&](int i) { return base + min(i, nsk - 1); }, nsk, qb, a.sl2, a.cap2, ps, g, t);
         const int64_t t0 = c.S + nb;
-        if (n > nsk) bf16_tile<HD>(st, kr, vr, [&](int i) { return (t0 + i - c.S) % c.W; }, n - nsk, qb, a.sl2, ps, g, t);
+        if (n > nsk) bf16_tile<HD>(st, kr, vr, [&](int i) { return (t0 + i - c.S) % c.W; }, n - nsk, qb, a.sl2, a.cap2, ps, g, t);
       }
     }
     __syncthreads();
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_k
     nxt += step;
     cp_async_wait<kStages - 1>();
     __syncwarp();
-    int_chunk<HD, BITS>(st, wst + stage * S::BYTES, static_cast<int>(min64(S::CH, end - base)), qf, qsum, qbias, a.sl2, ps, g, t);
+    int_chunk<HD, BITS>(st, wst + stage * S::BYTES, static_cast<int>(min64(S::CH, end - base)), qf, qsum, qbias, a.sl2, a.cap2, ps, g, t);
     __syncwarp();
     stage = stage + 1 == kStages ? 0 : stage + 1;
   }

@@ -33,6 +33,8 @@ struct DecodeArgs {
   float* part_o;      // [BH][np][QS][head_dim]
   float* part_ml;     // [BH][np][QS][2] (max in log2 units, sum)
   RotArgs rot;        // the merge un-rotates the output by R_V when rot.kind != 0 (q was rotated before the decode grid)
+  float cap2 = 0.f;   // soft-capping in log2 units: softcap * log2(e) (scores s -> cap2 tanh(s / cap2)); 0 = none
+  const float* sinks = nullptr;  // [Hq] natural-log sink logits joining each query head's softmax denominator; null = none
 };
 
 }  // namespace oscar::kernels

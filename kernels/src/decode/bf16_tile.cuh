@@ -23,7 +23,7 @@ __device__ __forceinline__ void load_q_bf16(const uint16_t* qrow, bool live, int
 // token i into kb/vb (rows of HD bf16).
 template <int HD, class RowFn>
 __device__ __forceinline__ void bf16_tile(WarpState<HD>& st, const uint16_t* __restrict__ kb, const uint16_t* __restrict__ vb,
-                                          RowFn row, int n, const uint32_t (&qb)[Tiles<HD>::MT][2], float sl2, uint16_t* ps,
+                                          RowFn row, int n, const uint32_t (&qb)[Tiles<HD>::MT][2], float sl2, float cap2, uint16_t* ps,
                                           int g, int t) {
   constexpr int MT = Tiles<HD>::MT, KX = HD / 32, VX = HD / 64;  // uint4 per lane: key (HD/4 channels), value (HD/8)
   uint4 kx[2][KX], vx[4][VX];
@@ -52,7 +52,7 @@ __device__ __forceinline__ void bf16_tile(WarpState<HD>& st, const uint16_t* __r
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int j = 0; j < 2; ++j) s[0][2 * r + j] = (g + 8 * r < n) ? c[2 * r + j] * sl2 : -INFINITY;
-  softmax_step<1>(st, s);
+  softmax_step<1>(st, s, cap2);
   uint32_t b[2];
   p_to_bfrag(ps, g, t, s[0][0], s[0][1], s[0][2], s[0][3], b);
 #pragma unroll

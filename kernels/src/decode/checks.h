@@ -2,9 +2,12 @@
 // (host only): bf16 inputs of prefill/append, the append bound, decode shapes/pointers/lengths, and the
 // per-call fields of a planned decode step (after checking the caller's workspace against the plan).
 #pragma once
+#include <cmath>
+
 #include "api_util.h"
 #include "decode/args.h"
 #include "decode/split_plan.h"
+#include "oscar_kv.h"
 
 namespace oscar::kernels {
 
@@ -38,6 +41,20 @@ inline oscar_status check_decode_args(const char* fn, const void* q, int32_t hq,
   return OSCAR_OK;
 }
 
+// The logit modifiers of a *_decode_ex call (oscar_decode_logits; null = none) into a's cap2 / sinks.
+inline oscar_status check_logits(const oscar_decode_logits* l, const char* fn, oscar_error* err, DecodeArgs& a) {
+  a.cap2 = 0.f;
+  a.sinks = nullptr;
+  if (!l) return OSCAR_OK;
+  if (!(l->softcap >= 0.f) || l->softcap == INFINITY)  // NaN fails the first test
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: logits->softcap=%g must be finite and >= 0 (0 = no soft-capping)", fn,
+                     static_cast<double>(l->softcap));
+  if (l->sinks && !api::aligned(l->sinks, 4)) return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: logits->sinks must be 4-byte aligned", fn);
+  a.cap2 = l->softcap * 1.4426950408889634f;
+  a.sinks = l->sinks;
+  return OSCAR_OK;
+}
+
 // Fills a decode step's arguments from its plan after checking the workspace (partials + extra_bytes) and the grid's limits.
 inline oscar_status plan_decode_args(DecodeArgs& a, const plan::Plan& p, const char* fn, const void* q, const int32_t* lens, int32_t hq,
                                      int32_t hkv, int64_t bh, int head_dim, float softmax_scale, void* workspace, size_t workspace_bytes,
@@ -54,6 +71,8 @@ inline oscar_status plan_decode_args(DecodeArgs& a, const plan::Plan& p, const c
   a.lens = lens;
   a.Hq = hq; a.Hkv = hkv;
   a.sl2 = softmax_scale * 1.4426950408889634f;
+  a.cap2 = 0.f;
+  a.sinks = nullptr;
   a.part_o = static_cast<float*>(workspace);
   a.part_ml = a.part_o + static_cast<size_t>(bh) * a.np * a.QS * head_dim;
   return OSCAR_OK;

@@ -1,5 +1,6 @@
 // decode/merge.cu: the split merge (decode/merge.h): one block of head_dim threads per (sequence, query head),
-// o = sum_p 2^(m_p - M) o_p / sum_p 2^(m_p - M) l_p (log2 domain); a head with no token gets 0.
+// o = sum_p 2^(m_p - M) o_p / (2^(s_h - M) + sum_p 2^(m_p - M) l_p) (log2 domain; s_h = sink logit of query head h
+// in log2 units when DecodeArgs::sinks is set, else no such term); a head with no token gets 0.
 #include "api_util.h"
 #include "decode/merge.h"
 #include "decode/rotate_rows.cuh"
@@ -10,6 +11,8 @@
 
 namespace oscar::kernels {
 namespace {
+
+constexpr float kLog2eMerge = 1.4426950408889634f;
 
 template <int HD>
 __global__ void __launch_bounds__(HD) merge_kernel(DecodeArgs a, float* __restrict__ out) {
@@ -31,6 +34,11 @@ __global__ void __launch_bounds__(HD) merge_kernel(DecodeArgs a, float* __restri
 #pragma unroll
   for (int w = 0; w < HD / 32; ++w) M = fmaxf(M, red[w]);
   float num = 0.f, den = 0.f;
+  if (a.sinks && M != -INFINITY) {  // the sink joins the denominator only (no token: no output, so none is needed)
+    const float sink = a.sinks[hq] * kLog2eMerge;
+    M = fmaxf(M, sink);
+    den = exp2f(sink - M);
+  }
   if (M != -INFINITY) {
 #pragma unroll 16
     for (int p = 0; p < a.np; ++p) {

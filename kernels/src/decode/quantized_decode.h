@@ -1,6 +1,6 @@
 // decode/quantized_decode.h: what every quantized decode entry point does after its format's checks and plan:
 // the workspace checked against the plan, the query rotation of a *_decode_rotated call (q' into the workspace's
-// tail, the merge un-rotating the output), the format's decode grid, and the merge.
+// tail, the merge un-rotating the output), the logit modifiers of a *_decode_ex call, the format's decode grid, and the merge.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -12,14 +12,14 @@ namespace oscar::kernels {
 
 // grid(a, s, err): launches the format's decode grid over the arguments `a`.
 template <class Grid>
-oscar_status run_quantized_decode(const plan::Plan& p, const RotArgs& rot, const char* fn, const void* q, const int32_t* lens, int32_t hq,
+oscar_status run_quantized_decode(const plan::Plan& p, const RotArgs& rot, const oscar_decode_logits* logits, const char* fn, const void* q, const int32_t* lens, int32_t hq,
                                   int32_t hkv, int batch, int head_dim, float softmax_scale, float* out, void* workspace,
                                   size_t workspace_bytes, cudaStream_t s, oscar_error* err, Grid grid) {
   const int64_t bh = static_cast<int64_t>(batch) * hkv;
   DecodeArgs a;
   const size_t qrot = rot.kind ? rotated_q_bytes(batch, hq, head_dim) : 0;
   oscar_status st = plan_decode_args(a, p, fn, q, lens, hq, hkv, bh, head_dim, softmax_scale, workspace, workspace_bytes, err, qrot);
-  if (st != OSCAR_OK) return st;
+  if (st != OSCAR_OK || (st = check_logits(logits, fn, err, a)) != OSCAR_OK) return st;
   if (rot.kind) {
     auto* qr = reinterpret_cast<uint16_t*>(static_cast<char*>(workspace) + (workspace_bytes - qrot) / 16 * 16);
     if ((st = launch_rotate_q(rot, a.q, qr, static_cast<int64_t>(batch) * hq, hq, a.G, head_dim, s, err, fn)) != OSCAR_OK) return st;

@@ -48,10 +48,23 @@ __device__ __forceinline__ void state_init(WarpState<HD>& st) {
   }
 }
 
-// s[u][i] in log2 units (masked = -inf, at least one finite): rescale the state to the new max and
-// turn s into probabilities.
+// Soft-capping in log2 units: cap2 tanh(s / cap2) with tanh(y) = 1 - 2 / (e^{2y} + 1) (ex2.approx: absolute
+// error ~1e-7 cap2, where the hardware tanh.approx would move scores by ~5e-4 cap2); a masked -inf stays -inf.
+__device__ __forceinline__ float softcap_log2(float s, float cap2) {
+  const float e = exp2f(fminf(s * (2.f * kLog2e / cap2), 64.f));  // tanh = 1 - 2^-63 and below past 64
+  return s == -INFINITY ? s : cap2 * (1.f - __fdividef(2.f, e + 1.f));
+}
+
+// s[u][i] in log2 units (masked = -inf, at least one finite): soft-cap them when cap2 > 0 (DecodeArgs::cap2),
+// rescale the state to the new max and turn s into probabilities.
 template <int SUB, int HD>
-__device__ __forceinline__ void softmax_step(WarpState<HD>& st, float (&s)[SUB][4]) {
+__device__ __forceinline__ void softmax_step(WarpState<HD>& st, float (&s)[SUB][4], float cap2) {
+  if (cap2 > 0.f) {
+#pragma unroll
+    for (int u = 0; u < SUB; ++u)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[u][i] = softcap_log2(s[u][i], cap2);
+  }
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     float mx = -INFINITY;

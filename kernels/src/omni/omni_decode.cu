@@ -95,7 +95,7 @@ __device__ __forceinline__ uint32_t half2_const(float x) {
 // pw = the warp's current weight factor 2^K (see kOmniPScaleMax; lowered here when a chunk needs it).
 template <int HD, int BITS>
 __device__ __forceinline__ void omni_chunk(WarpState<HD>& st, float& pw, const uint8_t* stg, const uint32_t (&qh)[Tiles<HD>::MT][2],
-                                           const float (&fsc)[2], uint16_t* ps, int g, int t) {
+                                           const float (&fsc)[2], float cap2, uint16_t* ps, int g, int t) {
   using S = OmniStage<HD, BITS>;
   using M10 = MagicPos<BITS, 10>;
   constexpr int MT = Tiles<HD>::MT, CPT = Tiles<HD>::CPT, NG = S::NG;
@@ -165,7 +165,7 @@ __device__ __forceinline__ void omni_chunk(WarpState<HD>& st, float& pw, const u
       for (int j = 0; j < 2; ++j) s[u][2 * r + j] = n * (c[2 * r + j] + c2[2 * r + j] + bias[j]) * fsc[j];
     }
   }
-  softmax_step<2>(st, s);
+  softmax_step<2>(st, s, cap2);
   // P V in fp16. The weights are rounded to fp16 once and the same rounded weights enter the MMA and the
   // zero-point sums. A fragments: fp16(code 2^(BITS pos) s') by one HFMA2 on the magic codes (1024 + code
   // 2^(BITS pos)) with the two tokens' value scales s' and the exact constant -1024 s' (the fp16 scale is
@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) omni_dec
     const uint16_t* vr = c.vr + bh * kResidual * HD;
     for (int64_t base = (split - a.nsplit) * (kWarps * 16) + warp * 16; base < nres; base += a.nwin * (kWarps * 16)) {
       const int n = static_cast<int>(min64(16, nres - base));
-      bf16_tile<HD>(st, kr, vr, [&](int i) { return base + i; }, n, qb, a.sl2, ps, g, t);
+      bf16_tile<HD>(st, kr, vr, [&](int i) { return base + i; }, n, qb, a.sl2, a.cap2, ps, g, t);
     }
     __syncthreads();
     block_partial_bf16<HD>(st, a, qg, bh, split, cs, warp, g, t);
@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) omni_dec
     nxt += step;
     cp_async_wait<kStages - 1>();
     __syncwarp();
-    omni_chunk<HD, BITS>(st, pw, wst + stage * S::BYTES, qh, fsc, ps, g, t);
+    omni_chunk<HD, BITS>(st, pw, wst + stage * S::BYTES, qh, fsc, a.cap2, ps, g, t);
     __syncwarp();
     stage = stage + 1 == kStages ? 0 : stage + 1;
   }
