@@ -49,7 +49,8 @@ def build_args(argv):
                                                           "else 1024)")
     ap.add_argument("--calib-tokens", type=int, default=0, help="calibration tokens (default: all of --calib-ids, else "
                                                                 "1024); the needle filler uses the whole passage")
-    ap.add_argument("--recipes", default="oscar-omni", help="comma list of oscar-omni, oscar-cov, oscar-cov-head")
+    ap.add_argument("--recipes", default="oscar-omni", help="comma list of oscar-omni, oscar-cov, oscar-cov-head, and the "
+                    "unquantized fp16 / bf16 caches (keys and values rounded as stored)")
     ap.add_argument("--bits", default="2", help="comma list of 2, 4")
     ap.add_argument("--rotations", help="oscar-cov's rotations file (oscar-rotate); default: fitted on the calibration "
                                         "passage")
@@ -75,8 +76,9 @@ def run(a):
         if v < 0:
             raise H.Refusal(f"--{n} {v}: give a whole number >= 0")
     for r in recipes:
-        if r not in H.RECIPES:
-            raise H.Refusal(f"--recipes: {r!r} is not a kernel recipe; give {', '.join(H.RECIPES)} (oscar-eval runs the other presets)")
+        if r not in H.RECIPES + H.HALF:
+            raise H.Refusal(f"--recipes: {r!r} is not a kernel recipe; give {', '.join(H.RECIPES + H.HALF)} (oscar-eval runs "
+                            "the other presets)")
     if any(b not in (2, 4) for b in bits):
         raise H.Refusal(f"--bits {a.bits}: the kernels store 2 or 4 bits")
     if a.model and not os.path.isfile(os.path.join(a.model, "config.json")):

@@ -199,6 +199,8 @@ def run_arch(arch, quick, tmp, one=False):
             with h5py.File(path, "r") as f:
                 heads = f["layer_000/key_rotation"].shape[0]
                 ids_back = f["calibration_token_ids"][...].tolist()
+                label = f.attrs["calibration"]
+            check("oscar_kv.hf.calibrate" in str(label), f"{name} {recipe}: calibration attribute {label!r}")
             check(heads == (cfg.num_key_value_heads if recipe == "oscar-cov-head" else 1), f"{name} {recipe}: {heads} matrices")
             check(ids_back == calib, f"{name} {recipe}: calibration ids not recorded")
             cache = okv.OscarCache(model, recipe, bits=2, max_cache_len=P + new + 8, rotations=path)

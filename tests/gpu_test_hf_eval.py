@@ -4,7 +4,8 @@
 kjv-llama-hd128 (bundled float16 parts) is exported to a temporary Hugging Face folder
 (experiments/hf/export_llama2c.py); oscar-dump (from BUILD_DIR) gives the token ids of 512 tokens of held-out
 Revelation; oscar-eval (CPU reference, BUILD_DIR) evaluates oscar-omni at 2 bits on the same passage; oscar_kv.hf_eval
-evaluates the exported model with an OscarCache (oscar-omni@2, every token one at a time through the CUDA kernels).
+evaluates the exported model with an OscarCache (oscar-omni@2, every token one at a time through the CUDA kernels) and
+with an ordinary cache rounding K/V to fp16 (oscar-eval's fp16 row).
 Passes (exit 0) when the full-precision losses agree within 1e-3 nats, every layer ran on the kernels,
 |Δloss(HF, kernels) - Δloss(oscar-eval CPU)| <= 0.01 nats and the KL(fp32 || quantized) is oscar-eval's within 50%; fails with exit 1; exit 77 (skipped) without torch,
 transformers, safetensors, h5py, a CUDA device, the built library or tools.
@@ -70,8 +71,8 @@ def main():
         oe_rows = H.read_eval_csv(os.path.join(oe, "eval.csv"))
         model, _, name = H.load_model(folder, "cuda")
         ids, _ = H.read_dump_ids(dump, "the passage")
-        res = H.evaluate(model, None, name, ids, None, None, ["oscar-omni"], [2], log=lambda m: None)
-    rows = {("fp32" if r["recipe"] == "fp32" else f"{r['recipe']}@{r['bits']}"): r for r in res["rows"]}
+        res = H.evaluate(model, None, name, ids, None, None, ["fp16", "oscar-omni"], [2], log=lambda m: None)
+    rows = {H._label(r): r for r in res["rows"]}
     table, worst, labels = H.comparison(rows, oe_rows, TOL)
     print(table)
     failures = []
@@ -82,8 +83,8 @@ def main():
     summary = rows["oscar-omni@2"]["summary"]
     if "6 of 6 layers on the oscar-kv kernels" not in summary:
         failures.append(f"not every layer ran on the kernels: {summary}")
-    if labels != ["oscar-omni@2"]:
-        failures.append(f"compared {labels}, expected oscar-omni@2")
+    if sorted(labels) != ["fp16", "oscar-omni@2"]:
+        failures.append(f"compared {labels}, expected fp16 and oscar-omni@2")
     # Δloss alone would pass an unquantized cache (oscar-omni@2 costs only ~0.006 nats here): the KL of the
     # next-token distributions must be oscar-eval's within KL_REL (quantization noise dominates it).
     kl_h, kl_o = rows["oscar-omni@2"]["kl"], oe_rows["oscar-omni@2"]["kl"]

@@ -44,9 +44,9 @@ hf=("$here/experiments/hf_eval.py" --model "$w/kjv-hf" --token-ids "$w/rev.h5" -
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 tmo=(timeout "${HF_LIMIT:-1800}")  # HF_LIMIT: seconds each HF run may take (a bounded device call)
 pids=()
-stamp "hf_eval: oscar-omni, oscar-cov (calibrated on the HF model) at 2 and 4 bits, greedy from 16 Revelation tokens"
+stamp "hf_eval: fp16, oscar-omni, oscar-cov (calibrated on the HF model) at 2 and 4 bits, greedy from 16 Revelation tokens"
 prompt=$($py -c "import h5py; print('ids:' + ','.join(map(str, h5py.File('$w/rev.h5')['token_ids'][:16])))")
-"${tmo[@]}" $py "${hf[@]}" --recipes oscar-omni,oscar-cov --bits 2,4 --prompt "$prompt" --generate 48 --out "$out/hf-eval" \
+"${tmo[@]}" $py "${hf[@]}" --recipes fp16,oscar-omni,oscar-cov --bits 2,4 --prompt "$prompt" --generate 48 --out "$out/hf-eval" \
   > "$w/hf-eval.log" 2>&1 &
 pids+=($!)
 stamp "hf_eval: oscar-cov with oscar-rotate's llama2.c rotations permuted to the HF key order"

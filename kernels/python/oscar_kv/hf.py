@@ -358,4 +358,9 @@ def calibrate(model, token_ids, out, recipe="oscar-cov", name=None, quiet=True):
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"oscar-rotate failed: {(r.stderr or r.stdout).strip()}")
+        # oscar-rotate records its --calib path, a temporary dump deleted here: name the passage instead (the token
+        # ids themselves are in /calibration_token_ids)
+        import h5py
+        with h5py.File(out, "r+") as f:
+            f.attrs["calibration"] = f"{name}: {len(ids)}-token passage through oscar_kv.hf.calibrate (dump not kept)"
     return out

@@ -21,6 +21,9 @@ import os
 import tempfile
 
 RECIPES = ("oscar-omni", "oscar-cov", "oscar-cov-head")
+# Unquantized half-precision caches: an ordinary cache whose keys and values are rounded to this dtype as they are
+# stored (the model runs in float32), as oscar-eval's fp16 row; one row each, no bit width.
+HALF = ("fp16", "bf16")
 
 
 class Refusal(Exception):
@@ -219,18 +222,36 @@ def needle_sequence(a, newline, filler, distance, start):
 
 # ----------------------------------------------------------------------------------------------- the run
 
+def rounded_cache(model, dtype_name):
+    """A DynamicCache that stores keys and values rounded to float16 / bfloat16 (then back to the model's dtype)."""
+    import torch
+    from transformers import DynamicCache
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
+
+    class RoundedCache(DynamicCache):
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+            return super().update(key_states.to(dt).to(key_states.dtype), value_states.to(dt).to(value_states.dtype),
+                                  layer_idx, *args, **kwargs)
+
+        def summary(self):
+            return f"DynamicCache, keys and values rounded to {dt}".replace("torch.", "")
+    return RoundedCache(config=model.config)
+
+
 class Jobs:
-    """The recipe x bits jobs and their caches."""
+    """The recipe x bits jobs and their caches (a half-precision recipe is one job, bits 16)."""
 
     def __init__(self, model, recipes, bits, rotations):
         self.model, self.rotations = model, rotations
         self.list = []
         for r in recipes:
-            for b in bits:
+            for b in ([16] if r in HALF else bits):
                 self.list.append((r, b))
 
     def cache(self, recipe, bits, n):
         from . import hf
+        if recipe in HALF:
+            return rounded_cache(self.model, recipe)
         rot = self.rotations.get(recipe)
         return hf.OscarCache(self.model, recipe, bits=bits, max_cache_len=n, rotations=rot)
 
@@ -251,8 +272,9 @@ def evaluate(model, tok, name, ids, calib_ids, calib_texts, recipes, bits, rotat
     if ctx and T > ctx:
         raise Refusal(f"the evaluated passage has {T} tokens, beyond {name}'s context of {ctx}; give fewer --tokens")
     for r in recipes:
-        if r not in RECIPES:
-            raise Refusal(f"--recipes: {r!r} is not a kernel recipe; give {', '.join(RECIPES)} (oscar-eval runs the other presets)")
+        if r not in RECIPES + HALF:
+            raise Refusal(f"--recipes: {r!r} is not a kernel recipe; give {', '.join(RECIPES + HALF)} (oscar-eval runs the "
+                          "other presets)")
     for b in bits:
         if b not in (2, 4):
             raise Refusal(f"--bits: {b}; the kernels store 2 or 4 bits")
@@ -302,7 +324,8 @@ def evaluate(model, tok, name, ids, calib_ids, calib_texts, recipes, bits, rotat
         kl, top1 = compare(ref, q)
         res["rows"].append(dict(recipe=r, bits=b, loss=loss, ppl=math.exp(loss), dloss=loss - ref_loss, kl=kl, top1=top1,
                                 summary=cache.summary()))
-        log(f"{r}@{b}: loss {loss:.4f} (Δ {loss - ref_loss:+.4f}), KL {kl:.4f}, top-1 {top1:.3f}; {cache.summary()}")
+        log(f"{_label(dict(recipe=r, bits=b))}: loss {loss:.4f} (Δ {loss - ref_loss:+.4f}), KL {kl:.4f}, top-1 {top1:.3f}; "
+            f"{cache.summary()}")
         del cache, q
     del ref
 
@@ -341,12 +364,12 @@ def evaluate(model, tok, name, ids, calib_ids, calib_texts, recipes, bits, rotat
 # ----------------------------------------------------------------------------------------------- outputs
 
 def _label(r):
-    return "fp32" if r["recipe"] == "fp32" else f"{r['recipe']}@{r['bits']}"
+    return r["recipe"] if r["recipe"] in ("fp32",) + HALF else f"{r['recipe']}@{r['bits']}"
 
 
 def markdown(res, source, tok=None):
     out = [f"**{res['model']}** (Hugging Face, transformers + oscar_kv.hf), {source}, {res['tokens']} tokens, "
-           f"{res['device']}: every token fed one at a time; rows other than fp32 decode through the oscar-kv kernels", "",
+           f"{res['device']}: every token fed one at a time; the oscar-* rows decode through the oscar-kv kernels", "",
            "| recipe | loss (nats) | perplexity | Δ loss vs fp32 | KL(fp32 ‖ quant) | top-1 agreement | cache |",
            "|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
@@ -432,7 +455,7 @@ def read_eval_csv(path):
         for r in csv.DictReader(f):
             name = r["recipe"]
             bits = r.get("bits", "")
-            if name not in ("fp16", "fp32") and "@" not in name and bits:
+            if name not in ("fp32",) + HALF and "@" not in name and bits:
                 name = f"{name}@{bits}"
             out[name.replace(" (gpu)", "")] = {k: float(r[k]) for k in ("loss", "dloss", "kl", "top1")}
     return out
