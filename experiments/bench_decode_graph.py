@@ -17,7 +17,6 @@ import argparse
 import ctypes as C
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels" / "python"))
 import oscar_kv  # noqa: E402
+from oscar_kv.timing import copy_tbps, graph_us, per_call_us  # noqa: E402
 
 SINK, RECENT, RESIDUAL = oscar_kv.COV_SINK, oscar_kv.COV_RECENT, 128
 GRAPH_CALLS = 20
@@ -35,56 +35,10 @@ GRAPH_CALLS = 20
 HEADS = {64: (32, 8), 128: (32, 8), 256: (16, 8)}
 
 
-def per_call_us(fn, warmup, reps):
-    for i in range(warmup):
-        fn(i)
-    torch.cuda.synchronize()
-    ts = []
-    for i in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn(warmup + i)
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(ts)
 
 
-def graph_us(fn, reps):
-    """GRAPH_CALLS calls captured into one graph; median replay time / GRAPH_CALLS."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):  # warm-up on the side stream (allocations, autotuning) before capture
-        for i in range(3):
-            fn(i)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(GRAPH_CALLS):
-            fn(i)
-    g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / GRAPH_CALLS)
-    del g
-    return statistics.median(ts)
 
 
-def copy_tbps():
-    n = 1 << 30
-    a = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(1)
-    b = torch.empty_like(a)
-    us = per_call_us(lambda i: b.copy_(a), 3, 20)
-    del a, b
-    torch.cuda.empty_cache()
-    return 2 * n / (us * 1e-6) / 1e12
 
 
 def cov_read_bytes(L, D, bits):  # per (sequence, KV head): covfmt::decode_read_bytes
@@ -119,7 +73,7 @@ def bench_shape(lib, D, hq, hkv, B, L, reps, cp, softcap=0.0):
             with sdpa_kernel(be):
                 def run(i):
                     F.scaled_dot_product_attention(q, ks[i % nrot], vs[i % nrot], enable_gqa=True)
-                row["sdpa"][name] = {"call_us": per_call_us(run, 3, reps), "graph_us": graph_us(run, reps)}
+                row["sdpa"][name] = {"call_us": per_call_us(run, 3, reps), "graph_us": graph_us(run, GRAPH_CALLS, reps)}
         except Exception as e:  # the backend does not take this shape (or cannot be captured)
             row["sdpa"][name] = None
             print(f"  sdpa {name} D={D} B={B} L={L}: unavailable ({str(e).splitlines()[0][:90]})", flush=True)
@@ -133,7 +87,7 @@ def bench_shape(lib, D, hq, hkv, B, L, reps, cp, softcap=0.0):
     def run16(i):
         lib.call("oscar_bf16_decode", ks[i % nrot].data_ptr(), vs[i % nrot].data_ptr(), B, hkv, L, D, q.data_ptr(), hq,
                  lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(), ws_bytes, stream())
-    row["ours_bf16"] = {"call_us": per_call_us(run16, 5, reps), "graph_us": graph_us(run16, reps)}
+    row["ours_bf16"] = {"call_us": per_call_us(run16, 5, reps), "graph_us": graph_us(run16, GRAPH_CALLS, reps)}
     run16(0)
     torch.cuda.synchronize()
     row["ours_bf16"]["rel_err_vs_sdpa"] = float((out - ref).norm() / ref.norm())
@@ -167,7 +121,7 @@ def bench_shape(lib, D, hq, hkv, B, L, reps, cp, softcap=0.0):
                     else:
                         lib.call(dec_fn, C.byref(caches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(),
                                  ws.data_ptr(), ws_bytes, stream())
-                res = {"call_us": per_call_us(dec, 5, reps), "graph_us": graph_us(dec, reps)}
+                res = {"call_us": per_call_us(dec, 5, reps), "graph_us": graph_us(dec, GRAPH_CALLS, reps)}
                 dec(0)
                 torch.cuda.synchronize()
                 res["rel_err_vs_sdpa"] = float((out - ref).norm() / ref.norm())  # quantization error on random data, a sanity check

@@ -13,7 +13,6 @@ import argparse
 import ctypes as C
 import json
 import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -23,32 +22,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels" / "python"))
 import oscar_kv  # noqa: E402
+from oscar_kv.timing import copy_tbps  # noqa: E402
+from oscar_kv.timing import per_call_us as median_us  # noqa: E402
 
 D, SINK, RECENT = 128, oscar_kv.COV_SINK, oscar_kv.COV_RECENT
 
 
-def median_us(fn, warmup=5, reps=30):
-    for i in range(warmup):
-        fn(i)
-    torch.cuda.synchronize()
-    ts = []
-    for i in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn(warmup + i)
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(ts)
 
 
-def copy_tbps():
-    n = 1 << 30
-    a = torch.empty(n, dtype=torch.uint8, device="cuda").fill_(1)
-    b = torch.empty_like(a)
-    us = median_us(lambda i: b.copy_(a), 3, 20)
-    del a, b
-    return 2 * n / (us * 1e-6) / 1e12
 
 
 def body_tokens(L):  # oscar-cov body tokens of a sequence of L tokens (covfmt::body_tokens)

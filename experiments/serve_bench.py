@@ -45,7 +45,6 @@ import contextlib
 import gc
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -57,9 +56,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(ROOT / "kernels" / "python"))  # after PYTHONPATH: a patched oscar_kv there wins
 import oscar_kv  # noqa: E402  (imported before bench_decode_graph, which would put the checkout's copy first)
+from oscar_kv.timing import copy_tbps, graph_us, replay_us  # noqa: E402
 
 sys.path.append(str(ROOT / "experiments"))
-import bench_decode_graph as bdg  # noqa: E402  (graph_us, copy_tbps, the formats' decode read bytes)
+import bench_decode_graph as bdg  # noqa: E402  (the formats' decode read bytes)
 
 VOCAB, DIM, LAYERS, HQ, HKV, HD, FFN = 128256, 4096, 32, 32, 8, 128, 14336
 THETA, EPS, BITS = 500000.0, 1e-5, 2
@@ -327,19 +327,9 @@ def capture(fn, attn, warm, replays):
 
 def replay_ms(g, attn, warm, reps):
     """Median of `reps` single replays (after `warm`), each between two events; advances the caches' host lengths."""
-    for _ in range(warm):
-        g.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
+    us = replay_us(g, reps, warmup=warm)
     attn.end(warm + reps)
-    return statistics.median(ts)
+    return us / 1e3
 
 
 class _NoAttn:
@@ -387,7 +377,7 @@ def pick_backend(attn, q, dev):
             with sdpa_kernel(be):
                 attn.sdpa(q, 0)
                 torch.cuda.synchronize()
-                times[name] = bdg.graph_us(lambda i: attn.sdpa(q, i % layers), 10)
+                times[name] = graph_us(lambda i: attn.sdpa(q, i % layers), 20, 10)
         except Exception as e:  # the backend does not take this shape
             times[name] = None
             print(f"    sdpa {name}: unavailable ({str(e).splitlines()[0][:100]})", flush=True)
@@ -648,7 +638,7 @@ def main():
     if args.selftest:
         res["selftest"] = selftest(lib, dev)
         print("\n".join(res["selftest"]), flush=True)
-    res["copy_tbps"] = bdg.copy_tbps()
+    res["copy_tbps"] = copy_tbps()
     total = torch.cuda.get_device_properties(0).total_memory
     ballast = None
     if args.card_mib and total > args.card_mib * 2**20:

@@ -20,36 +20,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "kernels" / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_python  # noqa: E402
+from gpu_python import check  # noqa: E402
 
-try:
-    import torch
-    import transformers  # noqa: F401
-except ImportError as e:
-    print(f"SKIP: {e.name} not installed")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIP: no CUDA device")
-    sys.exit(77)
-import oscar_kv  # noqa: E402
-try:
-    oscar_kv.load()
-except FileNotFoundError as e:
-    print(f"SKIP: {e}")
-    sys.exit(77)
+oscar_kv = gpu_python.require("transformers")
+import torch  # noqa: E402
 import oscar_kv.hf as okv  # noqa: E402
 from oscar_kv import hf_dump  # noqa: E402
 import python_twins  # noqa: E402
-
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
 
 
 def random_rotations(path, n_layers, heads, d, seed):
@@ -242,8 +221,7 @@ def main():
                 import traceback
                 traceback.print_exc()
                 check(False, f"{arch}: {type(e).__name__}: {e}")
-    print(f"{len(failures)} failures" if failures else "all passed")
-    return 1 if failures else 0
+    return gpu_python.finish()
 
 
 if __name__ == "__main__":

@@ -12,32 +12,13 @@ Exit 0 passed, 1 failed, 77 skipped (no torch/CUDA/library).
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "kernels" / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch not installed")
-    sys.exit(77)
-if not torch.cuda.is_available():
-    print("SKIP: no CUDA device")
-    sys.exit(77)
-import oscar_kv  # noqa: E402
-try:
-    oscar_kv.load()
-except FileNotFoundError as e:
-    print(f"SKIP: {e}")
-    sys.exit(77)
+import gpu_python  # noqa: E402
+from gpu_python import check  # noqa: E402
+
+oscar_kv = gpu_python.require()
+import torch  # noqa: E402
 import python_twins  # noqa: E402
-
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
 
 
 def make(fmt, B, H, D, bits, cap, G, g):
@@ -161,8 +142,7 @@ def main():
     except oscar_kv.OscarError as e:
         check(bool(e.message) and e.status_name.startswith("OSCAR_ERR"), f"C error carried: {e}")
         print(f"C error arrives as OscarError: {e}")
-    print(f"{len(failures)} failures" if failures else "all passed")
-    return 1 if failures else 0
+    return gpu_python.finish()
 
 
 if __name__ == "__main__":

@@ -10,25 +10,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "kernels" / "python"))
 import oscar_kv  # noqa: E402
+from oscar_kv.timing import graph_us  # noqa: E402
 
 
-def graph_us(fn, calls=20, reps=20):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        for _ in range(calls):
-            fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / calls)
-    return sorted(ts)[len(ts) // 2]
 
 
 def main():
@@ -51,8 +35,8 @@ def main():
     out = torch.empty(B, H * G, D, dtype=torch.float32, device="cuda")
     res = {}
     for name, c in caches.items():
-        res[name] = (graph_us(lambda: c.decode(q, 0.088, out=out, max_seq_len=L)),
-                     graph_us(lambda: (c.seq_lens.fill_(L), c.append(kn, kn, max_seq_len=L))))
+        res[name] = (graph_us(lambda i: c.decode(q, 0.088, out=out, max_seq_len=L), warmup=0),
+                     graph_us(lambda i: (c.seq_lens.fill_(L), c.append(kn, kn, max_seq_len=L)), warmup=0))
     print(f"batch {B}, context {L}, head_dim {D}, 32/8 heads, oscar-cov INT2, us per call (graph replays):")
     for name, (d, ap_) in res.items():
         print(f"  rotation {name:6s}: decode {d:7.1f}  append {ap_:6.1f}")
