@@ -26,17 +26,18 @@ nvidia-smi -L
 if [ "$what" != bench ]; then
 # The kernel driver: every case, the long-split ones included (one line per case in the log), then the
 # model-level oscar-eval check; compute-sanitizer memcheck on a small selection of the driver's cases (every
-# op but long/real, one shape per group: fwht hd128, prefill/append mix-h3, stress-h2 and the head_dim 64/256
+# op but long/real/rotated, one shape per group (logits: its peaky-g4 and hd64 cases): fwht hd128, prefill/append mix-h3, stress-h2 and the head_dim 64/256
 # shapes, decode peaky-g4, stress-g4-appended, stress-g3-hd64-appended, stress-g2-hd256-appended, peaky-g16, the api cases).
 step gpu_test_ops 900 "$devbin/bin/gpu_test_ops" --slow
 step gpu_test_eval 300 "$devbin/bin/gpu_test_eval"
 step memcheck_gpu_test_ops 900 compute-sanitizer --tool memcheck --error-exitcode 1 "$devbin/bin/gpu_test_ops" \
-  -o fwht,prefill,append,decode,api -s hd128,mix-h3,stress-h2,mix-hd64-h3,stress-hd256-h2,peaky-g4,stress-g4-appended,stress-g3-hd64-appended,stress-g2-hd256-appended,peaky-g16,bad-input
+  -o fwht,prefill,append,decode,logits,api -s hd128,mix-h3,stress-h2,mix-hd64-h3,stress-hd256-h2,peaky-g4,stress-g4-appended,stress-g3-hd64-appended,stress-g2-hd256-appended,peaky-g16,bad-input
 if python3 -c "import torch, transformers" 2>/dev/null; then  # the Python package: caches, graphs, transformers
   export OSCAR_KERNELS_LIB="$devbin/lib/liboscar_kernels.so" PATH="$devbin/bin:$PATH"
   step gpu_test_python_cache 300 python3 tests/gpu_test_python_cache.py
   step gpu_test_hf 600 python3 tests/gpu_test_hf.py
   step memcheck_generate 400 compute-sanitizer --tool memcheck --error-exitcode 1 python3 tests/gpu_test_hf.py --arch llama --one
+  step memcheck_generate_sinks 400 compute-sanitizer --tool memcheck --error-exitcode 1 python3 tests/gpu_test_hf.py --arch gpt_oss --one
 fi
 fi
 if [ "$what" != tests ]; then
