@@ -133,13 +133,14 @@ extern "C" oscar_status oscar_cov_decode(const oscar_cov_cache* cache, const voi
 extern "C" oscar_status oscar_cov_decode_rotated(const oscar_cov_cache* cache, const oscar_rotation* rotation, const void* q,
                                                 int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
                                                 float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err) {
-  return oscar_cov_decode_ex(cache, rotation, nullptr, q, num_q_heads, seq_lens, max_seq_len, softmax_scale, out, workspace, workspace_bytes,
-                              stream, err);
+  return oscar_cov_decode_ex(cache, rotation, nullptr, q, num_q_heads, seq_lens, max_seq_len, softmax_scale, out, workspace,
+                              workspace_bytes, stream, err);
 }
 
-extern "C" oscar_status oscar_cov_decode_ex(const oscar_cov_cache* cache, const oscar_rotation* rotation, const oscar_decode_logits* logits,
-                                            const void* q, int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
-                                            float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err) {
+extern "C" oscar_status oscar_cov_decode_ex(const oscar_cov_cache* cache, const oscar_rotation* rotation,
+                                            const oscar_decode_logits* logits, const void* q, int32_t num_q_heads,
+                                            const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale, float* out,
+                                            void* workspace, size_t workspace_bytes, void* stream, oscar_error* err) {
   namespace plan = kernels::plan;
   const char* fn = logits ? "oscar_cov_decode_ex" : rotation ? "oscar_cov_decode_rotated" : "oscar_cov_decode";
   kernels::CovView cv;
@@ -157,8 +158,8 @@ extern "C" oscar_status oscar_cov_decode_ex(const oscar_cov_cache* cache, const 
   const plan::Plan p = plan::quant_plan(units, covfmt::body_tokens(max_seq_len, cache->sink, cache->recent), win, plan::kQuantGranule,
                                         plan::blocks_per_sm(cache->head_dim), plan::sm_count());
   const auto grid = [&](const kernels::DecodeArgs& a, cudaStream_t s, oscar_error* e) { return ops->decode(cv, a, s, e); };
-  return kernels::run_quantized_decode(p, rot, logits, fn, q, seq_lens, num_q_heads, cache->num_kv_heads, cache->batch, cache->head_dim, softmax_scale,
-                                       out, workspace, workspace_bytes, static_cast<cudaStream_t>(stream), err, grid);
+  return kernels::run_quantized_decode(p, rot, logits, fn, q, seq_lens, num_q_heads, cache->num_kv_heads, cache->batch, cache->head_dim,
+                                       softmax_scale, out, workspace, workspace_bytes, static_cast<cudaStream_t>(stream), err, grid);
 }
 
 extern "C" int oscar_cov_shape_supported(int32_t head_dim, int32_t bits) { return kernels::cov_kernels(head_dim, bits) ? 1 : 0; }

@@ -75,7 +75,8 @@ __host__ __device__ constexpr float vpos_factor(int mt, int rh) {
 // Packed-body chunk from a shared-memory stage: n valid tokens (n in [1, CH]).
 template <int HD, int BITS>
 __device__ __forceinline__ void int_chunk(WarpState<HD>& st, const uint8_t* stg, int n, const uint32_t (&qf)[Tiles<HD>::MT][2],
-                                          const float (&qsum)[2], const float (&qbias)[2], float sl2, float cap2, uint16_t* ps, int g, int t) {
+                                          const float (&qsum)[2], const float (&qbias)[2], float sl2, float cap2, uint16_t* ps, int g,
+                                          int t) {
   using S = IntStage<HD, BITS>;
   constexpr int MT = Tiles<HD>::MT;
   constexpr int SUB = S::CH / 16;

@@ -12,9 +12,9 @@ namespace oscar::kernels {
 
 // grid(a, s, err): launches the format's decode grid over the arguments `a`.
 template <class Grid>
-oscar_status run_quantized_decode(const plan::Plan& p, const RotArgs& rot, const oscar_decode_logits* logits, const char* fn, const void* q, const int32_t* lens, int32_t hq,
-                                  int32_t hkv, int batch, int head_dim, float softmax_scale, float* out, void* workspace,
-                                  size_t workspace_bytes, cudaStream_t s, oscar_error* err, Grid grid) {
+oscar_status run_quantized_decode(const plan::Plan& p, const RotArgs& rot, const oscar_decode_logits* logits, const char* fn, const void* q,
+                                  const int32_t* lens, int32_t hq, int32_t hkv, int batch, int head_dim, float softmax_scale, float* out,
+                                  void* workspace, size_t workspace_bytes, cudaStream_t s, oscar_error* err, Grid grid) {
   const int64_t bh = static_cast<int64_t>(batch) * hkv;
   DecodeArgs a;
   const size_t qrot = rot.kind ? rotated_q_bytes(batch, hq, head_dim) : 0;

@@ -120,13 +120,14 @@ extern "C" oscar_status oscar_omni_decode(const oscar_omni_cache* cache, const v
 extern "C" oscar_status oscar_omni_decode_rotated(const oscar_omni_cache* cache, const oscar_rotation* rotation, const void* q,
                                                  int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
                                                  float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err) {
-  return oscar_omni_decode_ex(cache, rotation, nullptr, q, num_q_heads, seq_lens, max_seq_len, softmax_scale, out, workspace, workspace_bytes,
-                              stream, err);
+  return oscar_omni_decode_ex(cache, rotation, nullptr, q, num_q_heads, seq_lens, max_seq_len, softmax_scale, out, workspace,
+                              workspace_bytes, stream, err);
 }
 
-extern "C" oscar_status oscar_omni_decode_ex(const oscar_omni_cache* cache, const oscar_rotation* rotation, const oscar_decode_logits* logits,
-                                            const void* q, int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
-                                            float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err) {
+extern "C" oscar_status oscar_omni_decode_ex(const oscar_omni_cache* cache, const oscar_rotation* rotation,
+                                            const oscar_decode_logits* logits, const void* q, int32_t num_q_heads,
+                                            const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale, float* out,
+                                            void* workspace, size_t workspace_bytes, void* stream, oscar_error* err) {
   namespace plan = kernels::plan;
   const char* fn = logits ? "oscar_omni_decode_ex" : rotation ? "oscar_omni_decode_rotated" : "oscar_omni_decode";
   kernels::OmniView cv;
@@ -144,6 +145,6 @@ extern "C" oscar_status oscar_omni_decode_ex(const oscar_omni_cache* cache, cons
   const plan::Plan p = plan::quant_plan(units, omnifmt::body_tokens(max_seq_len), win, plan::kOmniGranule,
                                         plan::blocks_per_sm(cache->head_dim), plan::sm_count());
   const auto grid = [&](const kernels::DecodeArgs& a, cudaStream_t s, oscar_error* e) { return ops->decode(cv, a, s, e); };
-  return kernels::run_quantized_decode(p, rot, logits, fn, q, seq_lens, num_q_heads, cache->num_kv_heads, cache->batch, cache->head_dim, softmax_scale,
-                                       out, workspace, workspace_bytes, static_cast<cudaStream_t>(stream), err, grid);
+  return kernels::run_quantized_decode(p, rot, logits, fn, q, seq_lens, num_q_heads, cache->num_kv_heads, cache->batch, cache->head_dim,
+                                       softmax_scale, out, workspace, workspace_bytes, static_cast<cudaStream_t>(stream), err, grid);
 }
