@@ -13,8 +13,9 @@ the other layers keep transformers' own DynamicLayer / DynamicSlidingWindowLayer
 attended by PyTorch's SDPA in the model's dtype (the model's eager attention where it soft-caps or adds sinks) and
 then written into the quantized cache (the kernels quantize on write); each later token is appended and attended
 by the decode kernel (queries, keys and values in bf16, the output in float32 then the model's dtype). Left padding
-is honoured: each sequence's real tokens are stored, pads never attended. oscar-cov takes rotation matrices from a file that oscar-rotate wrote (see calibrate()); oscar-omni needs none.
-Beam search works (the caches are reordered on the device); crop() (assisted decoding) raises NotImplementedError.
+is honoured: each sequence's real tokens are stored, pads never attended. oscar-cov takes rotation matrices from a
+file that oscar-rotate wrote (see calibrate()); oscar-omni needs none. Beam search works (the caches are reordered
+on the device); crop() (assisted decoding) raises NotImplementedError.
 """
 import os
 import shutil
