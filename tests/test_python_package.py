@@ -126,6 +126,8 @@ def main():
                    what="cache without CUDA")
             raises(lambda: oscar_kv.OmniKvCache(1, 8, 100, 2, 1024, 32, lib=lib), ValueError, "head_dim 100",
                    what="checks before the device")
+            raises(lambda: oscar_kv.CovKvCache(1, 8, 128, 2, 1024, 32, lib=lib, softcap=-2.0), ValueError, "softcap: -2.0",
+                   what="logit checks before the device")
         try:
             import transformers  # noqa: F401
         except ImportError:

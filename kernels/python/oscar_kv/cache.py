@@ -87,6 +87,7 @@ class _KvCache:
         self.lib = lib if isinstance(lib, _capi.Kernels) else _capi.load(lib)
         num_q_heads = num_kv_heads if num_q_heads is None else num_q_heads
         self.spec = CacheSpec(self.lib, self._fmt, batch, num_kv_heads, head_dim, bits, capacity, num_q_heads)
+        self.spec.check_logits(softcap, sinks)  # before any allocation (set_logits below keeps them)
         self.rotation = rotation if rotation is not None else KernelRotation("none")
         if not isinstance(self.rotation, KernelRotation):
             raise ValueError("rotation: give an oscar_kv.KernelRotation (none, hadamard() or matrices(R_K, R_V))")
