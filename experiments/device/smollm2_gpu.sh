@@ -13,12 +13,20 @@
 #   call 0: bash build-smollm2-0/smollm2_gpu.sh stash build-smollm2-0 && bash /tmp/smollm2/smollm2_gpu.sh real $OUT
 #   call k: bash /tmp/smollm2/smollm2_gpu.sh stash build-smollm2-k            (k = 1 .. N-2)
 #   last:   bash /tmp/smollm2/smollm2_gpu.sh stash build-smollm2-N-1 && bash /tmp/smollm2/smollm2_gpu.sh eval $OUT
+#           (or ... hf $OUT: the same weights through transformers + oscar_kv.hf against oscar-eval)
 # Subcommands:
 #   split PREFIX DEV_TAR DUMP [FIRST PART]  xz the GGUF (MODEL, default data/models/SmolLM2-135M-Instruct.Q4_1.gguf);
 #        PREFIX0 gets DEV_TAR, DUMP (xz), this script, a manifest and the stream's first FIRST bytes (default
 #        5,000,000), PREFIX1.. the rest in PART-byte parts (default 21,400,000): each folder stays under ~22 MB.
+#        The `gguf` Python package (transformers' GGUF loader needs it; the GPU machine lacks it) goes in PREFIX0
+#        when the build machine's python3 has it.
 #   stash DIR   copies DIR's files into $STASH (unpacking dev.tar.xz there) and lists the parts present.
 #   real OUT    gpu_test_ops -o real with --real-dump (kjv-hd128 and smollm2-hd64 cases), log OUT/real.log.
+#   hf OUT      joins the parts as `eval` does, makes a transformers folder of the GGUF (experiments/hf/gguf_to_hf.py),
+#               dumps the token ids of 1024 tokens of Revelation and 1024 of Genesis (oscar-dump), and runs
+#               oscar-eval (CPU and --gpu, in the background) and experiments/hf_eval.py (transformers + the kernels;
+#               oscar-cov calibrated on the Genesis ids through oscar_kv.hf.calibrate) for fp16, oscar-omni and
+#               oscar-cov at 2 and 4 bits, then experiments/hf/compare_evals.py: OUT/comparison.md.
 #   eval OUT    joins the parts (count and stream sha256 from the manifest, GGUF sha256), then oscar-eval --gpu
 #               on 1024 tokens of Revelation (calibration: 1024 tokens of Genesis), recipes fp16,oscar-cov at 2
 #               and 4 bits (OUT/eval_gpu/), and oscar-omni alone (its refusal or its run: OUT/eval_omni.log).
@@ -46,6 +54,18 @@ device_env() {
   [ -e "$b" ] || { mkdir -p "$(dirname "$b")" && ln -sfn "$root" "$b"; }
 }
 
+join_gguf() {  # the stashed parts -> $stash/$gguf_name, checked (stream and GGUF sha256)
+  [ -f "$stash/manifest" ] || die "$stash/manifest: missing; stash the first folder (PREFIX0) first"
+  local want have
+  want=$(awk '$1 == "parts" {print $2}' "$stash/manifest"); have=$(ls "$stash"/gguf.xz.* | wc -l)
+  [ "$have" = "$want" ] || die "$stash: $have of $want parts; stash the missing folders (same warm machine) first"
+  cat "$stash"/gguf.xz.* > "$stash/g.xz"
+  [ "$(sha "$stash/g.xz")" = "$(awk '$1 == "stream_sha256" {print $2}' "$stash/manifest")" ] || die "$stash/g.xz: joined parts differ from the split stream"
+  xz -d -c "$stash/g.xz" > "$stash/$gguf_name"
+  [ "$(sha "$stash/$gguf_name")" = "$(gguf_sha)" ] || die "$stash/$gguf_name: sha256 differs from data/fetch_smollm2.sh's"
+  echo "join: $stash/$gguf_name sha256 ok ($(stat -c %s "$stash/$gguf_name") bytes)"
+}
+
 cmd=${1:-}; shift || true
 case "$cmd" in
 split)
@@ -68,6 +88,11 @@ split)
   cp "$devtar" "${prefix}0/dev.tar.xz"
   xz -6 -c "$dump" > "${prefix}0/smollm2_real.h5.xz"
   cp "$0" "${prefix}0/smollm2_gpu.sh"
+  gdir=$(python3 -c 'import gguf, os; print(os.path.dirname(gguf.__file__))' 2>/dev/null || true)
+  if [ -n "$gdir" ]; then  # the module and its dist-info (transformers reads the version from the metadata)
+    dest=$(cd "${prefix}0" && pwd)/gguf-py.tar.xz
+    (cd "$(dirname "$gdir")" && tar -cJf "$dest" gguf gguf-*.dist-info)
+  fi
   printf 'parts %d\nstream_sha256 %s\n' "$n" "$(sha "$tmp/g.xz")" > "${prefix}0/manifest"
   for ((k = 0; k < n; ++k)); do echo "split: ${prefix}$k $(du -sb "${prefix}$k" | cut -f1) bytes"; done
   echo "split: $n folders; carry one per call, in order (see the header)"
@@ -78,6 +103,7 @@ stash)
   cp "$1"/* "$stash"/
   if [ -f "$1/dev.tar.xz" ]; then tar -C "$stash" -xJf "$stash/dev.tar.xz" && rm "$stash/dev.tar.xz"; fi
   if [ -f "$stash/smollm2_real.h5.xz" ]; then xz -d -f "$stash/smollm2_real.h5.xz"; fi
+  if [ -f "$stash/gguf-py.tar.xz" ]; then mkdir -p "$stash/pylib" && tar -C "$stash/pylib" -xJf "$stash/gguf-py.tar.xz"; fi
   echo "stash: $(ls "$stash"/gguf.xz.* 2>/dev/null | wc -l) part(s) in $stash: $(cd "$stash" && ls gguf.xz.* 2>/dev/null | tr '\n' ' ')"
   ;;
 real)
@@ -90,17 +116,33 @@ real)
   echo "real: rc=$rc"
   [ "$rc" = 0 ]
   ;;
+hf)
+  [ $# -ge 1 ] || die "usage: smollm2_gpu.sh hf OUT"
+  out=$1; mkdir -p "$out"; device_env; join_gguf
+  export PYTHONPATH="$stash/pylib${PYTHONPATH:+:$PYTHONPATH}" OSCAR_KERNELS_LIB="$stash/dev/lib/liboscar_kernels.so" OSCAR_BUILD=
+  export PATH="$stash/dev/bin:$PATH"
+  g=$stash/$gguf_name; txt=$root/data/text/kjv.txt.gz; w=$stash/hfwork; rm -rf "$w"; mkdir -p "$w"
+  python3 "$root/experiments/hf/gguf_to_hf.py" "$g" "$w/smollm2-hf" 2>&1 | grep -v -E 'Converting|Loading|Writing' || die "gguf_to_hf failed"
+  oscar-dump --quiet --model "$g" --text "$txt" --offset -404 --tokens 1024 --out "$w/rev.h5" || die "oscar-dump (Revelation) failed"
+  oscar-dump --quiet --model "$g" --text "$txt" --offset 0 --tokens 1024 --out "$w/gen.h5" || die "oscar-dump (Genesis) failed"
+  common=(--quiet --model "$g" --text "$txt" --offset -404 --calib-offset 0 --tokens 1024 --calib-tokens 1024
+          --recipes fp16,oscar-omni,oscar-cov --bits 2,4)
+  ( timeout 480 oscar-eval "${common[@]}" --out "$out/oscar-eval-cpu" > "$w/oe-cpu.log" 2>&1; echo "rc=$?" >> "$w/oe-cpu.log" ) &
+  cpu=$!
+  ( timeout 300 oscar-eval "${common[@]}" --gpu --out "$out/oscar-eval-gpu" > "$w/oe-gpu.log" 2>&1; echo "rc=$?" >> "$w/oe-gpu.log" ) &
+  gpu=$!
+  rc=0
+  OMP_NUM_THREADS=4 timeout 480 python3 "$root/experiments/hf_eval.py" --model "$w/smollm2-hf" --token-ids "$w/rev.h5" \
+    --calib-ids "$w/gen.h5" --calib-tokens 1024 --recipes fp16,oscar-omni,oscar-cov --bits 2,4 \
+    --prompt "The capital of France is" --generate 24 --out "$out/hf-eval" > "$w/hf-eval.log" 2>&1 || rc=$?
+  echo "hf_eval: rc=$rc"; tail -n 25 "$w/hf-eval.log"
+  wait $cpu $gpu || true
+  tail -n 3 "$w/oe-cpu.log" "$w/oe-gpu.log"
+  python3 "$root/experiments/hf/compare_evals.py" "$out" hf-eval oscar-eval-cpu,oscar-eval-gpu
+  ;;
 eval)
   [ $# -ge 1 ] || die "usage: smollm2_gpu.sh eval OUT"
-  out=$1; mkdir -p "$out"; device_env
-  [ -f "$stash/manifest" ] || die "$stash/manifest: missing; stash the first folder (PREFIX0) first"
-  want=$(awk '$1 == "parts" {print $2}' "$stash/manifest"); have=$(ls "$stash"/gguf.xz.* | wc -l)
-  [ "$have" = "$want" ] || die "$stash: $have of $want parts; stash the missing folders (same warm machine) first"
-  cat "$stash"/gguf.xz.* > "$stash/g.xz"
-  [ "$(sha "$stash/g.xz")" = "$(awk '$1 == "stream_sha256" {print $2}' "$stash/manifest")" ] || die "$stash/g.xz: joined parts differ from the split stream"
-  xz -d -c "$stash/g.xz" > "$stash/$gguf_name"
-  [ "$(sha "$stash/$gguf_name")" = "$(gguf_sha)" ] || die "$stash/$gguf_name: sha256 differs from data/fetch_smollm2.sh's"
-  echo "eval: $stash/$gguf_name sha256 ok ($(stat -c %s "$stash/$gguf_name") bytes)"
+  out=$1; mkdir -p "$out"; device_env; join_gguf
   common=(--model "$stash/$gguf_name" --text "$root/data/text/kjv.txt.gz" --offset -404 --calib-offset 0
           --tokens 1024 --calib-tokens 1024)
   rc=0
@@ -115,5 +157,5 @@ eval)
   echo "eval: oscar-omni rc=$orc"
   [ "$rc" = 0 ]
   ;;
-*) die "usage: smollm2_gpu.sh split|stash|real|eval ... (see the header)" ;;
+*) die "usage: smollm2_gpu.sh split|stash|real|hf|eval ... (see the header)" ;;
 esac

@@ -71,37 +71,7 @@ for d in "${ds[@]}"; do
 done
 tail -n 2 "$w/oscar-eval-cpu.log" "$w/oscar-eval-gpu.log"
 stamp "comparison"
-PYTHONPATH=$here/kernels/python $py - "$out" <<'EOF'
-import os, sys
-from oscar_kv import hf_eval as H
-out = sys.argv[1]
-parts, worst_all = [], 0.0
-oe = {}
-for name in ("oscar-eval-cpu", "oscar-eval-gpu"):
-    p = os.path.join(out, name, "eval.csv")
-    oe[name] = H.read_eval_csv(p) if os.path.isfile(p) else None
-for hf_name in ("hf-eval", "hf-eval-l2crot"):
-    p = os.path.join(out, hf_name, "eval.csv")
-    if not os.path.isfile(p):
-        parts.append(f"{hf_name}: no eval.csv (the run failed)\n")
-        worst_all = float("inf")
-        continue
-    hf = H.read_eval_csv(p)
-    for oe_name, rows in oe.items():
-        if rows is None:
-            parts.append(f"{oe_name}: no eval.csv (the run failed)\n")
-            continue
-        table, worst, labels = H.comparison(hf, rows)
-        parts.append(f"### {hf_name} vs {oe_name} (worst |Δloss diff| {worst:.4f} nats over {', '.join(labels)})\n\n{table}")
-        if oe_name == "oscar-eval-cpu":
-            worst_all = max(worst_all, worst)
-text = "\n".join(parts)
-with open(os.path.join(out, "comparison.md"), "w") as f:
-    f.write(text)
-print(text)
-print(f"worst |Δloss(HF) - Δloss(oscar-eval CPU)| = {worst_all:.4f} nats: {'PASS' if worst_all <= 0.01 else 'FAIL'}")
-sys.exit(0 if worst_all <= 0.01 else 1)
-EOF
+$py "$here/experiments/hf/compare_evals.py" "$out" hf-eval,hf-eval-l2crot oscar-eval-cpu,oscar-eval-gpu
 status=$?
 stamp "done"
 exit $status

@@ -482,3 +482,33 @@ def comparison(hf_rows, oe_rows, tol=0.01):
                      f"{'' if abs(d) <= tol else ' (over ' + str(tol) + ')'} | {h['kl']:.4f} | {o['kl']:.4f} | "
                      f"{h['top1']:.3f} | {o['top1']:.3f} |")
     return "\n".join(lines) + "\n", worst, labels
+
+
+def compare_runs(out, hf_names, oe_names, tol=0.01):
+    """(markdown, worst |Δloss(HF) - Δloss(oscar-eval)| over the comparisons against oe_names[0]) for the eval.csv
+    files of OUT/<name>/ (hf_eval runs against oscar-eval runs); a missing run is said and counts as a failure when
+    it is an HF run or the first oscar-eval run."""
+    parts, worst_all = [], 0.0
+    oe = {}
+    for name in oe_names:
+        p = os.path.join(out, name, "eval.csv")
+        oe[name] = read_eval_csv(p) if os.path.isfile(p) else None
+    if oe_names and oe[oe_names[0]] is None:
+        worst_all = float("inf")
+    for hf_name in hf_names:
+        p = os.path.join(out, hf_name, "eval.csv")
+        if not os.path.isfile(p):
+            parts.append(f"{hf_name}: no eval.csv (the run failed)\n")
+            worst_all = float("inf")
+            continue
+        hf = read_eval_csv(p)
+        for oe_name, rows in oe.items():
+            if rows is None:
+                parts.append(f"{oe_name}: no eval.csv (the run failed)\n")
+                continue
+            table, worst, labels = comparison(hf, rows, tol)
+            parts.append(f"### {hf_name} vs {oe_name} (worst |Δloss diff| {worst:.4f} nats over {', '.join(labels)})\n\n{table}")
+            if oe_name == oe_names[0]:
+                worst_all = max(worst_all, worst)
+    return "\n".join(parts), worst_all
+
