@@ -41,7 +41,8 @@ def main(argv):
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     except Exception as e:  # the loader's own message (unsupported architecture or tensor type, truncated file)
-        fail(f"{gguf_path}: transformers cannot load it ({str(e).splitlines()[0][:200]})")
+        fail(f"{gguf_path}: transformers cannot load it ({str(e).splitlines()[0][:200]}); check that the file is complete "
+             "(its sha256) and of an architecture and tensor types transformers reads")
     # the loader marks the model as GGUF-quantized, which save_pretrained refuses: the same (dequantized) weights in
     # a plain model of the same config
     cfg = model.config
