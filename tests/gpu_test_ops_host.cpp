@@ -653,16 +653,7 @@ void op_logits(Ctx& ctx, const Case& c) {
     for (int gq = 0; gq < s.hq / s.hkv; ++gq) {
       const int hq = h * (s.hq / s.hkv) + gq;
       const uint16_t* q = &in.q[(size_t(bl) * s.hq + size_t(hq)) * D];
-      double m = -INFINITY, l = 0;
-      std::vector<double> sc(static_cast<size_t>(cur[size_t(bl)]));
-      for (size_t t = 0; t < sc.size(); ++t) {
-        double d = 0;
-        for (int ch = 0; ch < D; ++ch) d += double(oscar::bf16_bits_to_float(q[ch])) * K[t * size_t(D) + size_t(ch)];
-        sc[t] = d * scale;
-        m = std::max(m, sc[t]);
-      }
-      for (double x : sc) l += std::exp(x - m);
-      sinks[size_t(hq)] = float(m + std::log(l) + nd(rng));
+      sinks[size_t(hq)] = float(attn_twin::logsumexp_bf16q(q, K, cur[size_t(bl)], D, scale) + nd(rng));
     }
   }
   if (!dsinks.upload(ctx, sinks, "sinks")) return;

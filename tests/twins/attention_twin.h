@@ -20,18 +20,39 @@ struct Logits {
   double sink = -INFINITY;
 };
 
-// o[0..D) = softmax(scale * q K^T) V over the first L rows of K, V ([L][D]), with the logit modifiers lg; o = 0 when L == 0.
-inline void attention(const double* q, const std::vector<double>& K, const std::vector<double>& V, int64_t L, int D, double scale,
-                      double* o, const Logits& lg = {}) {
+// The scores scale * q . K[t] of the first L rows of K ([L][D]), soft-capped when softcap > 0.
+inline std::vector<double> scores(const double* q, const std::vector<double>& K, int64_t L, int D, double scale, double softcap = 0) {
   std::vector<double> s(static_cast<size_t>(L));
-  double m = -INFINITY;
   for (int64_t t = 0; t < L; ++t) {
     double d = 0;
     for (int c = 0; c < D; ++c) d += q[c] * K[size_t(t) * D + c];
-    s[size_t(t)] = lg.softcap > 0 ? lg.softcap * std::tanh(d * scale / lg.softcap) : d * scale;
-    m = std::max(m, s[size_t(t)]);
+    s[size_t(t)] = softcap > 0 ? softcap * std::tanh(d * scale / softcap) : d * scale;
   }
-  m = std::max(m, lg.sink);
+  return s;
+}
+
+// A bf16 query (raw bits) in double.
+inline std::vector<double> widen_bf16(const uint16_t* q, int D) {
+  std::vector<double> qd(D);
+  for (int c = 0; c < D; ++c) qd[c] = oscar::bf16_bits_to_float(q[c]);
+  return qd;
+}
+
+// log sum_t e^{s_t} of plain scores with a bf16 query (raw bits); -inf when L == 0.
+inline double logsumexp_bf16q(const uint16_t* q, const std::vector<double>& K, int64_t L, int D, double scale) {
+  const std::vector<double> s = scores(widen_bf16(q, D).data(), K, L, D, scale);
+  double m = -INFINITY, l = 0;
+  for (double x : s) m = std::max(m, x);
+  for (double x : s) l += std::exp(x - m);
+  return L ? m + std::log(l) : -INFINITY;
+}
+
+// o[0..D) = softmax(scale * q K^T) V over the first L rows of K, V ([L][D]), with the logit modifiers lg; o = 0 when L == 0.
+inline void attention(const double* q, const std::vector<double>& K, const std::vector<double>& V, int64_t L, int D, double scale,
+                      double* o, const Logits& lg = {}) {
+  const std::vector<double> s = scores(q, K, L, D, scale, lg.softcap);
+  double m = lg.sink;
+  for (double x : s) m = std::max(m, x);
   double l = std::isfinite(lg.sink) ? std::exp(lg.sink - m) : 0.0;
   for (int c = 0; c < D; ++c) o[c] = 0;
   for (int64_t t = 0; t < L; ++t) {
@@ -45,9 +66,7 @@ inline void attention(const double* q, const std::vector<double>& K, const std::
 // The same with a bf16 query (raw bits).
 inline void attention_bf16q(const uint16_t* q, const std::vector<double>& K, const std::vector<double>& V, int64_t L, int D, double scale,
                             double* o, const Logits& lg = {}) {
-  std::vector<double> qd(D);
-  for (int c = 0; c < D; ++c) qd[c] = oscar::bf16_bits_to_float(q[c]);
-  attention(qd.data(), K, V, L, D, scale, o, lg);
+  attention(widen_bf16(q, D).data(), K, V, L, D, scale, o, lg);
 }
 
 // ||got - ref|| / ||ref|| (absolute when ref = 0); infinity when got holds a non-finite value.

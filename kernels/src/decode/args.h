@@ -7,6 +7,8 @@
 
 namespace oscar::kernels {
 
+constexpr float kLog2e = 1.4426950408889634f;  // natural-log logits -> the log2 units the decode kernels work in
+
 // An in-kernel rotation (oscar_rotation of oscar_kv.h; rule in oscar/rotate_math.h): kind 0 none, 1 Hadamard,
 // 2 matrix (key: R_K, value: R_V, [per_head ? Hkv : 1][HD][HD] float32 row-major).
 struct RotArgs {

@@ -41,16 +41,14 @@ inline oscar_status check_decode_args(const char* fn, const void* q, int32_t hq,
   return OSCAR_OK;
 }
 
-// The logit modifiers of a *_decode_ex call (oscar_decode_logits; null = none) into a's cap2 / sinks.
+// The logit modifiers of a *_decode_ex call (oscar_decode_logits) into a's cap2 / sinks; null leaves DecodeArgs' defaults (none).
 inline oscar_status check_logits(const oscar_decode_logits* l, const char* fn, oscar_error* err, DecodeArgs& a) {
-  a.cap2 = 0.f;
-  a.sinks = nullptr;
   if (!l) return OSCAR_OK;
   if (!(l->softcap >= 0.f) || l->softcap == INFINITY)  // NaN fails the first test
     return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: logits->softcap=%g must be finite and >= 0 (0 = no soft-capping)", fn,
                      static_cast<double>(l->softcap));
   if (l->sinks && !api::aligned(l->sinks, 4)) return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: logits->sinks must be 4-byte aligned", fn);
-  a.cap2 = l->softcap * 1.4426950408889634f;
+  a.cap2 = l->softcap * kLog2e;
   a.sinks = l->sinks;
   return OSCAR_OK;
 }
@@ -70,9 +68,7 @@ inline oscar_status plan_decode_args(DecodeArgs& a, const plan::Plan& p, const c
   a.q = static_cast<const uint16_t*>(q);
   a.lens = lens;
   a.Hq = hq; a.Hkv = hkv;
-  a.sl2 = softmax_scale * 1.4426950408889634f;
-  a.cap2 = 0.f;
-  a.sinks = nullptr;
+  a.sl2 = softmax_scale * kLog2e;
   a.part_o = static_cast<float*>(workspace);
   a.part_ml = a.part_o + static_cast<size_t>(bh) * a.np * a.QS * head_dim;
   return OSCAR_OK;

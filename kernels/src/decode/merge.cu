@@ -12,8 +12,6 @@
 namespace oscar::kernels {
 namespace {
 
-constexpr float kLog2eMerge = 1.4426950408889634f;
-
 template <int HD>
 __global__ void __launch_bounds__(HD) merge_kernel(DecodeArgs a, float* __restrict__ out) {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");  // the decode grid has finished, its writes are visible
@@ -35,7 +33,7 @@ __global__ void __launch_bounds__(HD) merge_kernel(DecodeArgs a, float* __restri
   for (int w = 0; w < HD / 32; ++w) M = fmaxf(M, red[w]);
   float num = 0.f, den = 0.f;
   if (a.sinks && M != -INFINITY) {  // the sink joins the denominator only (no token: no output, so none is needed)
-    const float sink = a.sinks[hq] * kLog2eMerge;
+    const float sink = a.sinks[hq] * kLog2e;
     M = fmaxf(M, sink);
     den = exp2f(sink - M);
   }

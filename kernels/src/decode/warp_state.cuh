@@ -4,6 +4,7 @@
 // CPT g + MT + mt (row g + 8), CPT = HD / 8, for query slots 2t and 2t + 1; so a thread's value codes
 // are the contiguous channels [CPT g, CPT g + CPT) of a token row. Device-only, internal linkage.
 #pragma once
+#include "decode/args.h"
 #include "decode/mma.cuh"
 
 #include <cmath>
@@ -13,7 +14,6 @@ namespace {
 
 constexpr int kWarps = 4;    // warps per decode block
 constexpr int kQSlots = 8;   // query slots per block (mma N); larger GQA groups use more blocks (grid z)
-constexpr float kLog2e = 1.4426950408889634f;
 
 template <int HD>
 struct Tiles {
