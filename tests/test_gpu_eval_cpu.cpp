@@ -93,12 +93,12 @@ TEST_CASE("the CUDA kernels take oscar-cov at 2 and 4 bits on head_dim 128, noth
   CHECK(reason("oscar-cov", 4).empty());
   CHECK_THAT(reason("oscar-cov", 3), Contains("3 bits"));
   CHECK_THAT(reason("oscar-cov-fp32", 2), Contains("fp32 scales"));
-  CHECK_THAT(reason("kivi", 2), Contains("without Omni-Token Scaling"));
+  CHECK_THAT(reason("kivi", 2), Contains("keys have a float zero point"));
   CHECK(reason("oscar-omni", 2).empty());  // the oscar-omni kernel format
   CHECK(reason("oscar-omni", 4).empty());
   CHECK_THAT(reason("oscar-omni", 3), Contains("3 bits"));
   CHECK_THAT(reason("naive", 2), Contains("symmetrically"));
-  CHECK_THAT(reason("quarot", 2), Contains("no recent window"));
+  CHECK_THAT(reason("quarot", 2), Contains("widen their range to include 0"));
   CHECK_THAT(reason("turboquant", 2), Contains("Lloyd-Max"));
   ModelConfig small = hd128_config();
   small.dim = 64 * 4;  // head_dim 64
@@ -115,10 +115,27 @@ TEST_CASE("the CUDA kernels take oscar-cov at 2 and 4 bits on head_dim 128, noth
   CHECK(reason("oscar-cov", 2, gqa).empty());
   // A recipe with the kernel's format under another name passes; the windows and clips come from it.
   Recipe r = resolve_recipe(load_preset("oscar-cov").recipe, 2, 128);
-  r.windows.sink = 0;
-  r.windows.recent = 16;
+  r.windows.key = r.windows.value = TensorWindows{0, 16, 0};
   r.key.clip_ratio = 1.0f;
   CHECK(gpu_unsupported_reason(r, hd128_config()).empty());
+  r.key.clip_mode = r.value.clip_mode = ClipMode::Ratio;  // the ratio clip and half-even rounding: the cache's fields
+  r.key.rounding = r.value.rounding = Rounding::HalfEven;
+  CHECK(gpu_unsupported_reason(r, hd128_config()).empty());
+  r.value.clip_mode = ClipMode::Quantile;
+  CHECK_THAT(gpu_unsupported_reason(r, hd128_config()), Contains("clipped in different modes"));
+  r.value.clip_mode = ClipMode::Ratio;
+  r.value.zero_point = ZeroPoint::Integer;
+  CHECK_THAT(gpu_unsupported_reason(r, hd128_config()), Contains("integer zero point"));
+  r.value.zero_point = ZeroPoint::Float;
+  r.value.range_with_zero = true;
+  CHECK_THAT(gpu_unsupported_reason(r, hd128_config()), Contains("include 0"));
+  r.value.range_with_zero = false;
+  r.windows.value.recent = 32;
+  CHECK_THAT(gpu_unsupported_reason(r, hd128_config()), Contains("windows of their own"));
+  r.windows.value.recent = 16;
+  // oscar-omni runs on its kernels with OScaR's integer zero point; the float-zero variant does not
+  CHECK(reason("oscar-omni", 2).empty());
+  CHECK_THAT(reason("oscar-omni-fz", 2), Contains("float zero point"));
   r.windows.window_dtype = ScaleDtype::F16;
   CHECK_THAT(gpu_unsupported_reason(r, hd128_config()), Contains("fp16 windows"));
   CHECK(eval_label("oscar-cov@2", true) == "oscar-cov@2 (gpu)");

@@ -19,7 +19,7 @@ struct Fake {  // aligned, never-dereferenced stand-ins for device buffers
 oscar_cov_cache cov_cache(Fake& f) {
   oscar_cov_cache c{};
   c.batch = 2; c.num_kv_heads = 2; c.head_dim = 128; c.bits = 2; c.sink = 64; c.recent = 256; c.body_capacity = 1000;
-  c.clip_k = 0.96f; c.clip_v = 0.92f;
+  c.clip_k = 0.96f; c.clip_v = 0.92f; c.clip_mode = OSCAR_CLIP_QUANTILE; c.rounding = OSCAR_ROUND_HALF_AWAY;
   void** p[8] = {&c.k_sink, &c.v_sink, &c.k_recent, &c.v_recent, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params};
   for (int i = 0; i < 8; ++i) *p[i] = f.at(256 * i);
   return c;
@@ -65,6 +65,21 @@ TEST_CASE("oscar-cov C API rejects bad input with a message", "[kv_api]") {
   bad.k_codes = static_cast<char*>(bad.k_codes) + 4;
   CHECK(oscar_cov_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
   CHECK(says(err, "k_codes"));
+  bad = c;
+  bad.clip_mode = 2;
+  CHECK(oscar_cov_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "clip_mode=2"));
+  bad = c;
+  bad.rounding = -1;
+  CHECK(oscar_cov_append(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "rounding=-1"));
+  bad = c;
+  bad.clip_v = 0.0f;
+  CHECK(oscar_cov_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "clip_v=0"));
+  bad.clip_v = 1.5f;
+  CHECK(oscar_cov_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(err, "(0, 1]"));
   bad = c;
   bad.v_recent = nullptr;
   CHECK(oscar_cov_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);

@@ -101,8 +101,8 @@ TEST_CASE("covariance_scope parses and refuses bad values", "[perhead]") {
   CHECK(a.key.clip_ratio == b.key.clip_ratio);
   CHECK(a.value.clip_ratio == b.value.clip_ratio);
   CHECK(a.key.group == b.key.group);
-  CHECK(a.windows.sink == b.windows.sink);
-  CHECK(a.windows.recent == b.windows.recent);
+  CHECK(a.windows.key == b.windows.key);
+  CHECK(a.windows.value == b.windows.value);
   CHECK(a.windows.window_dtype == b.windows.window_dtype);
   for (const std::string& name : preset_names())  // every other preset keeps the default
     if (name != "oscar-cov-head") CHECK(load_preset(name).recipe.covariance_scope == CovarianceScope::Layer);

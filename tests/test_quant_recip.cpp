@@ -65,3 +65,31 @@ TEST_CASE("quantize_value_recip keeps the constant-group and clamp rules", "[qua
   for (float x : {-5.0f, -1.0f, -0.2f, 0.0f, 0.5f, 1.0f, 1.99f, 2.0f, 7.0f})
     CHECK(quantize_value_recip(x, p, r, 2, Rounding::HalfEven) == quantize_value(x, p, 2, false, Rounding::HalfEven));
 }
+
+TEST_CASE("the integer zero point's reciprocal path equals its division path", "[quant][recip]") {
+  std::mt19937 rng(20261125);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_real_distribution<float> scale_exp(-12.0f, 6.0f);
+  int64_t n = 0, differ = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const float spread = std::exp2(scale_exp(rng)), shift = g(rng) * spread * 3.0f;
+    float mn = INFINITY, mx = -INFINITY;
+    float x[32];
+    for (float& v : x) {
+      v = round_to_half(g(rng) * spread + shift);
+      mn = std::fmin(mn, v);
+      mx = std::fmax(mx, v);
+    }
+    for (int bits : {2, 4}) {
+      const IntZeroParams q = int_zero_params(mn, mx, bits, 1.0f, ScaleDtype::F16);
+      const float r = 1.0f / q.p.scale;
+      for (float v : x)
+        for (Rounding rd : {Rounding::HalfEven, Rounding::HalfAway}) {
+          ++n;
+          if (quantize_value_int_zero(v, q, bits, rd) != quantize_value_int_zero_recip(v, q, r, bits, rd)) ++differ;
+        }
+    }
+  }
+  INFO(n << " codes");
+  CHECK(differ == 0);
+}

@@ -12,6 +12,7 @@
 #include "oscar/02_model/passage.h"
 #include "oscar/08_cache/quantized_cache.h"
 #include "oscar/02_model/tokenizer.h"
+#include "oscar/float_formats.h"
 #include "test_data.h"
 
 using namespace oscar;
@@ -37,8 +38,7 @@ TEST_CASE("token-by-token quantized cache equals the simulated policy", "[quanti
     if (std::string(name) == "oscar-cov") {  // its windows, scaled to 300 tokens; no calibration needed without rotations
       rf.recipe.key_rotation.kind = rf.recipe.value_rotation.kind = RotationKind::Hadamard;
       rf.recipe.key.group = rf.recipe.value.group = 0;
-      rf.recipe.windows.sink = 16;
-      rf.recipe.windows.recent = 40;
+      rf.recipe.windows.key = rf.recipe.windows.value = TensorWindows{16, 40, 0};
     }
     const Recipe r = resolve_recipe(rf.recipe, 2, d);
     QuantizedKvCache cache(ck.config, r, nullptr);
@@ -65,6 +65,43 @@ TEST_CASE("token-by-token quantized cache equals the simulated policy", "[quanti
   }
 }
 
+TEST_CASE("KIVI's windows over appends: keys flush by 128-token blocks, values keep the newest 128 at every step",
+          "[quantized-cache]") {
+  const Checkpoint ck = load_checkpoint(test::stories_model());
+  const Tokenizer tok = Tokenizer::load(test::stories_tokenizer(), ck.config.vocab_size);
+  const auto lines = read_lines(test::kjv_text());
+  const auto p = select_passage(test::kjv_text(), lines, 100, 420, tok);
+  const Model m(ck);
+  const int d = ck.config.head_dim(), H = ck.config.n_kv_heads;
+  RecipeFile rf = load_preset("kivi");
+  rf.recipe.value.group = 0;  // head_dim 8
+  const Recipe r = resolve_recipe(rf.recipe, 2, d);
+  QuantizedKvCache cache(ck.config, r, nullptr);
+  // Whether row t of a [T, H*d] view holds the fp16 rounding of the model's own row (a window row), for every head.
+  auto window_row = [&](const MatrixRM& hat, const MatrixRM& raw, int t) {
+    for (int c = 0; c < H * d; ++c)
+      if (hat(t, c) != round_to_half(raw(t, c))) return false;
+    return true;
+  };
+  int checked = 0;
+  for (size_t i = 0; i < p.tokens.size(); ++i) {
+    m.forward(std::span<const int>(&p.tokens[i], 1), cache);
+    const int T = static_cast<int>(i) + 1;
+    if (T % 37 != 0 && T != 128 && T != 129 && T != 256 && T != 257 && T != 384 && T != 420) continue;
+    const MatrixRM *K, *V;
+    cache.attention_view(0, K, V);
+    const int key_body = T / 128 * 128, value_body = std::max(0, T - 128);
+    INFO("T = " << T);
+    for (int t = 0; t < T; ++t) {
+      INFO("row " << t);
+      CHECK(window_row(*K, cache.keys(0), t) == (t >= key_body));
+      CHECK(window_row(*V, cache.values(0), t) == (t >= value_body));
+    }
+    ++checked;
+  }
+  CHECK(checked >= 14);  // lengths inside the first block, at and after three key flushes, with values flushing each step
+}
+
 TEST_CASE("oscar-eval on stories260K: fp16 ~ exact, 2-bit naive far worse than 4-bit", "[quantized-cache][eval]") {
   EvalRequest req;
   req.model = test::stories_model();
@@ -81,8 +118,7 @@ TEST_CASE("oscar-eval on stories260K: fp16 ~ exact, 2-bit naive far worse than 4
   req.recipes = {load_preset("fp16"), load_preset("naive")};
   RecipeFile cov = load_preset("oscar-cov");
   cov.recipe.key.group = cov.recipe.value.group = 0;
-  cov.recipe.windows.sink = 4;
-  cov.recipe.windows.recent = 16;
+  cov.recipe.windows.key = cov.recipe.windows.value = TensorWindows{4, 16, 0};
   req.recipes.push_back(cov);
   const EvalResult r = run_eval(req);
   REQUIRE(r.rows.size() == 5);

@@ -460,3 +460,146 @@ TEST_CASE("validate_spec and quantize_block refuse bad specs and inputs with use
                     Catch::Contains("overflow f16"));
   CHECK_NOTHROW(quantize_block(huge.data(), 1, 4, uniform_spec(2, 4, ScaleDtype::BF16)));
 }
+
+// ---- OSCAR's quantile clip and OScaR's / QuaRot's integer zero point (quant_rules.h) ----
+
+namespace {
+// The quantile clip by brute force: a full sort of |x|, element k (0-based), then the clamp.
+std::vector<float> brute_quantile_clamp(std::vector<float> row, float ratio) {
+  std::vector<float> mag(row.size());
+  for (size_t i = 0; i < row.size(); ++i) mag[i] = std::fabs(row[i]);
+  std::sort(mag.begin(), mag.end());
+  const size_t k = std::min(row.size() - 1, static_cast<size_t>(static_cast<double>(ratio) * static_cast<double>(row.size())));
+  const float thr = mag[k];
+  for (float& v : row)
+    if (std::fabs(v) > thr) v = v < 0 ? -thr : thr;
+  return row;
+}
+}  // namespace
+
+TEST_CASE("the quantile clip index is OSCAR's int(ratio * head_dim)", "[quantizer][quantile]") {
+  CHECK(quantile_clip_index(0.96f, 64) == 61);   // the 2 largest |x| clamp to the 3rd largest
+  CHECK(quantile_clip_index(0.92f, 64) == 58);   // the 5 largest to the 6th
+  CHECK(quantile_clip_index(0.96f, 128) == 122);
+  CHECK(quantile_clip_index(0.92f, 256) == 235);
+  CHECK(quantile_clip_index(1.0f, 64) == 63);    // the largest itself: no clip
+  CHECK(quantile_clip_index(0.001f, 64) == 0);
+  // float32 ratios give float64's index for every two-decimal ratio on power-of-two rows (OSCAR's Python uses float64)
+  for (int n = 8; n <= 512; n *= 2)
+    for (int c = 1; c <= 100; ++c) CHECK(quantile_clip_index(static_cast<float>(c / 100.0), n) == std::min(n - 1, static_cast<int>(c / 100.0 * n)));
+}
+
+TEST_CASE("quantile clip against a brute-force sort on random rows, ties, one-signed and constant rows", "[quantizer][quantile]") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_int_distribution<int> small(-3, 3);
+  TensorQuant s = uniform_spec(2, 64, ScaleDtype::F16);
+  s.clip_mode = ClipMode::Quantile;
+  s.rounding = Rounding::HalfAway;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int d = trial % 3 == 0 ? 64 : (trial % 3 == 1 ? 128 : 32);
+    s.group = d;
+    s.clip_ratio = trial % 2 ? 0.96f : 0.92f;
+    std::vector<float> x(static_cast<size_t>(4 * d));
+    for (size_t i = 0; i < x.size(); ++i) {
+      switch (trial % 5) {
+        case 0: x[i] = g(rng); break;                                       // generic
+        case 1: x[i] = static_cast<float>(small(rng));  break;              // many ties of |x| (and of +-)
+        case 2: x[i] = -std::fabs(g(rng)) - 0.5f; break;                    // negative only
+        case 3: x[i] = 1.25f; break;                                        // constant
+        default: x[i] = g(rng) * (i % 7 == 0 ? 40.0f : 1.0f); break;        // outliers
+      }
+    }
+    const QuantizedBlock q = quantize_block(x.data(), 4, d, s);
+    for (int t = 0; t < 4; ++t) {
+      const std::vector<float> row(x.begin() + t * d, x.begin() + (t + 1) * d);
+      const std::vector<float> c = brute_quantile_clamp(row, s.clip_ratio);
+      const float mn = *std::min_element(c.begin(), c.end()), mx = *std::max_element(c.begin(), c.end());
+      const GroupParams p = group_params(mn, mx, 2, false, 1.0f, ScaleDtype::F16);
+      INFO("trial " << trial << " token " << t);
+      REQUIRE(q.params[t].scale == p.scale);
+      REQUIRE(q.params[t].zero == p.zero);
+      for (int i = 0; i < d; ++i) {
+        // half away from zero on (x - min) / scale >= 0 is OSCAR's floor(v + 0.5)
+        const float v = (c[i] - p.zero) / p.scale;
+        const int want = p.scale > 0 ? std::clamp(static_cast<int>(std::floor(v + 0.5f)), 0, 3) : 0;
+        REQUIRE(q.codes[t * d + i] == want);
+      }
+    }
+  }
+  // The clamp replaces exactly the values above the threshold: at ratio 0.96 on 64 values, the two largest |x|.
+  std::vector<float> row(64);
+  for (int i = 0; i < 64; ++i) row[i] = static_cast<float>(i) * (i % 2 ? -1.0f : 1.0f);
+  const std::vector<float> c = brute_quantile_clamp(row, 0.96f);
+  CHECK(c[63] == -61.0f);
+  CHECK(c[62] == 61.0f);
+  CHECK(c[61] == -61.0f);
+  CHECK(c[60] == 60.0f);
+  s.group = 64;
+  s.clip_ratio = 0.96f;
+  const QuantizedBlock q = quantize_block(row.data(), 1, 64, s);
+  CHECK(q.params[0].zero == -61.0f);  // min of the clamped row
+  // NaN is refused before any clip
+  row[5] = NAN;
+  CHECK_THROWS_WITH(quantize_block(row.data(), 1, 64, s), Catch::Contains("token 0, channel 5 is not finite"));
+  // the quantile clip is per token row, whatever the groups: per-token groups of 32 share their row's threshold
+  std::vector<float> two(64, 1.0f);
+  two[3] = 100.0f;  // the largest of the row, in the first group: clamped to 1
+  s.group = 32;
+  const QuantizedBlock q2 = quantize_block(two.data(), 1, 64, s);
+  CHECK(q2.params[0].scale == 0.0f);  // the first group is constant once clamped
+}
+
+TEST_CASE("integer zero point against the direct formula (OScaR, QuaRot)", "[quantizer][zero-point]") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (int bits : {2, 3, 4})
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<float> x(32);
+      const float shift = trial % 4 == 0 ? 5.0f : (trial % 4 == 1 ? -5.0f : 0.0f);  // groups of one sign: z outside [0, 2^b - 1]
+      for (float& v : x) v = g(rng) + shift;
+      TensorQuant s = uniform_spec(bits, 32, ScaleDtype::F16);
+      s.zero_point = ZeroPoint::Integer;
+      const QuantizedBlock q = quantize_group(x, s);
+      const float mn = *std::min_element(x.begin(), x.end()), mx = *std::max_element(x.begin(), x.end());
+      const float scale = round_to_half((mx - mn) / static_cast<float>((1 << bits) - 1));
+      const float z = std::nearbyint(-mn / scale);
+      INFO("bits " << bits << " trial " << trial);
+      REQUIRE(q.params[0].scale == scale);
+      REQUIRE(q.params[0].zero == round_to_half(0.0f - z * scale));
+      const std::vector<float> y = dequant(q);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float c = std::clamp(std::nearbyint(x[i] / scale) + z, 0.0f, static_cast<float>((1 << bits) - 1));
+        REQUIRE(q.codes[i] == static_cast<uint8_t>(c));
+        REQUIRE(y[i] == c * scale + q.params[0].zero);
+        CHECK(std::fabs(y[i] - (c - z) * scale) <= std::fabs(z * scale) * 1e-3f);  // (code - z) * scale up to the fp16 zero
+      }
+    }
+  // 0 is a grid point: a group with zeros gives them back exactly, unlike the float zero point
+  const std::vector<float> x{-1.0f, 0.0f, 0.0f, 2.2f};
+  TensorQuant s = uniform_spec(2, 4, ScaleDtype::F32);
+  s.zero_point = ZeroPoint::Integer;
+  CHECK(dequant(quantize_group(x, s))[1] == 0.0f);
+  s.zero_point = ZeroPoint::Float;
+  CHECK(dequant(quantize_group(x, s))[1] != 0.0f);
+  // QuaRot's range with 0: an all-positive group still maps 0 to code 0 and its minimum is not the range's
+  s.zero_point = ZeroPoint::Integer;
+  s.range_with_zero = true;
+  const std::vector<float> pos{3.0f, 4.0f, 5.0f, 6.0f};
+  const QuantizedBlock qp = quantize_group(pos, s);
+  CHECK(qp.params[0].scale == 2.0f);  // (6 - 0) / 3
+  CHECK(qp.params[0].zero == 0.0f);
+  CHECK(codes_of(qp) == std::vector<uint8_t>{2, 2, 2, 3});  // 1.5 -> 2, 2, 2.5 -> 2, 3 (half to even)
+  // a constant group keeps its value: code 0, zero = the value
+  s.range_with_zero = false;
+  const QuantizedBlock qc = quantize_group({0.7f, 0.7f, 0.7f, 0.7f}, s);
+  CHECK(qc.params[0].scale == 0.0f);
+  CHECK(dequant(qc) == std::vector<float>{0.7f, 0.7f, 0.7f, 0.7f});
+  // refused combinations
+  s.symmetric = true;
+  CHECK_THROWS_WITH(validate_spec(s, 4, 4), Catch::Contains("integer zero point applies to asymmetric"));
+  TensorQuant qs = uniform_spec(2, 4);
+  qs.clip_mode = ClipMode::Quantile;
+  qs.clip_search = true;
+  CHECK_THROWS_WITH(validate_spec(qs, 4, 4), Catch::Contains("quantile clip applies to uniform codes without clip search"));
+}

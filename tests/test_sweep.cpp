@@ -8,6 +8,7 @@
 #include "dump_fixture.h"
 #include "oscar/01_core/error.h"
 #include "oscar/06_quantize/recipe_yaml.h"
+#include "oscar/cov_format.h"
 #include "oscar/10_sweep/sweep.h"
 
 using namespace oscar;
@@ -37,15 +38,49 @@ TEST_CASE("presets load and carry their published settings", "[sweep][recipe]") 
   CHECK(cov.name == "oscar-cov@2");
   CHECK(cov.key.clip_ratio == Approx(0.96f));
   CHECK(cov.value.clip_ratio == Approx(0.92f));
-  CHECK(cov.windows.sink == 64);
-  CHECK(cov.windows.recent == 256);
+  CHECK(cov.windows.key == TensorWindows{64, 256, 0});
+  CHECK(cov.windows.shared());
   CHECK(cov.key.group == 128);
   CHECK(cov.calibrated());
+  // OSCAR's code: per-row quantile clamp, rounding half up (half away from zero on the non-negative (x - min) / scale)
+  CHECK(cov.key.clip_mode == ClipMode::Quantile);
+  CHECK(cov.value.clip_mode == ClipMode::Quantile);
+  CHECK(cov.key.rounding == Rounding::HalfAway);
+  CHECK(cov.key.zero_point == ZeroPoint::Float);
+  // OSCAR defines INT2 only: at 3 and 4 bits the ratio clip (measured better), and the kernels' allocator agrees
+  for (const char* name : {"oscar-cov", "oscar-cov-head", "oscar-cov-fp32"})
+    for (int b : {2, 3, 4}) {
+      const Recipe r = resolve_recipe(load_preset(name).recipe, b, 128);
+      INFO(name << "@" << b);
+      CHECK(r.key.clip_mode == (b == 2 ? ClipMode::Quantile : ClipMode::Ratio));
+      CHECK(r.value.clip_mode == r.key.clip_mode);
+      CHECK(r.key.clip_ratio == 0.96f);
+      CHECK(r.value.clip_ratio == 0.92f);
+      if (b != 3) CHECK(r.key.clip_mode == covfmt::default_clip_mode(b));
+    }
   const Recipe omni = resolve_recipe(load_preset("oscar-omni").recipe, 2, 128);
   CHECK(omni.omni_token_scaling);
   CHECK(omni.key.axis == QuantAxis::PerChannel);
   CHECK(omni.key.group == 32);
-  CHECK(omni.windows.residual == 128);
+  CHECK(omni.windows.key == TensorWindows{0, 0, 128});
+  CHECK(omni.windows.shared());
+  CHECK(omni.key.zero_point == ZeroPoint::Integer);  // OScaR's code
+  CHECK(omni.value.zero_point == ZeroPoint::Integer);
+  CHECK(omni.key.rounding == Rounding::HalfEven);
+  const Recipe fz = resolve_recipe(load_preset("oscar-omni-fz").recipe, 2, 128);
+  CHECK(fz.key.zero_point == ZeroPoint::Float);
+  CHECK(fz.value.zero_point == ZeroPoint::Float);
+  // KIVI's code: key residual blocks of 128, the newest 128 values in fp16 at every step
+  const Recipe kivi = resolve_recipe(load_preset("kivi").recipe, 2, 128);
+  CHECK(kivi.windows.key == TensorWindows{0, 0, 128});
+  CHECK(kivi.windows.value == TensorWindows{0, 128, 0});
+  CHECK(kivi.windows.window_dtype == ScaleDtype::F16);
+  CHECK(kivi.key.zero_point == ZeroPoint::Float);
+  // QuaRot's code: integer zero point, range widened to include 0
+  const Recipe quarot = resolve_recipe(load_preset("quarot").recipe, 2, 128);
+  CHECK(quarot.key.zero_point == ZeroPoint::Integer);
+  CHECK(quarot.value.range_with_zero);
+  CHECK(quarot.key.clip_ratio == 1.0f);
   CHECK(resolve_recipe(load_preset("naive").recipe, 2, 64).key.group == 64);  // group: head_dim
   CHECK_THROWS_WITH(load_preset("nope"), Catch::Contains("unknown preset 'nope'") && Catch::Contains("oscar-cov"));
 }
@@ -63,6 +98,20 @@ TEST_CASE("bad sweep configs are errors naming the file and line", "[sweep][bad-
   SECTION("bits out of range") {
     const auto p = write_config("bits.yaml", head + "recipes: [kivi]\nbits: [2, 9]\n");
     CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("bits 9 out of range"));
+  }
+  SECTION("unknown clip mode, zero point or per-tensor window key") {
+    auto p = write_config("clipmode.yaml", head + "recipes:\n  - {preset: kivi, name: k4, clip: {mode: percentile}}\n");
+    CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("clipmode.yaml:5") && Catch::Contains("clip mode 'percentile' unknown"));
+    p = write_config("clipkey.yaml", head + "recipes:\n  - {preset: kivi, name: k4, clip: {keys: 0.9}}\n");
+    CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("clipkey.yaml:5") && Catch::Contains("unknown key 'keys' in clip"));
+    p = write_config("cliprange.yaml", head + "recipes:\n  - {preset: kivi, name: k4, clip: {mode: quantile, key: 1.5}}\n");
+    CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("cliprange.yaml:5") && Catch::Contains("must be in (0, 1]"));
+    p = write_config("zero.yaml", head + "recipes:\n  - {preset: kivi, name: k4, zero_point: half}\n");
+    CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("zero.yaml:5") && Catch::Contains("zero_point 'half' unknown"));
+    p = write_config("win.yaml", head + "recipes:\n  - {preset: kivi, name: k4, windows: {value: {recnt: 3}}}\n");
+    CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("win.yaml:5") && Catch::Contains("unknown key 'recnt' in windows.value"));
+    p = write_config("winneg.yaml", head + "recipes:\n  - {preset: kivi, name: k4, windows: {key: {sink: -1}}}\n");
+    CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("winneg.yaml:5") && Catch::Contains("windows.key sizes must be >= 0"));
   }
   SECTION("bad value") {
     const auto p = write_config("axis.yaml", head + "recipes:\n  - {preset: kivi, name: k3, key: {axis: diagonal}}\n");

@@ -48,11 +48,22 @@ typedef struct oscar_decode_logits {
   const float* sinks;
 } oscar_decode_logits;
 
+/* How an oscar-cov body row is clipped (oscar_cov_cache.clip_mode; rule: oscar/quant_rules.h):
+ *   OSCAR_CLIP_QUANTILE: each token row is clamped to +-(its k-th smallest |x|), k = floor(clip * head_dim), then
+ *     quantized with its min and max (OSCAR's per-row quantile clamp; oscar-cov's at 2 bits);
+ *   OSCAR_CLIP_RATIO: the row's min and max are scaled by clip (oscar-cov's at 4 bits). */
+typedef enum oscar_clip_mode { OSCAR_CLIP_RATIO = 0, OSCAR_CLIP_QUANTILE = 1 } oscar_clip_mode;
+/* How a scaled value rounds to its code (oscar_cov_cache.rounding): half to even, or half away from zero (for the
+ * non-negative (x - min) / scale of a row: OSCAR's half-up; oscar-cov's). */
+typedef enum oscar_rounding { OSCAR_ROUND_HALF_EVEN = 0, OSCAR_ROUND_HALF_AWAY = 1 } oscar_rounding;
+
 typedef struct oscar_cov_cache {
   int32_t batch, num_kv_heads, head_dim, bits; /* bits: 2 or 4 */
   int32_t sink, recent;                        /* BF16 window sizes in tokens (64, 256 for oscar-cov) */
   int64_t body_capacity;                       /* packed body tokens per (sequence, KV head) */
-  float clip_k, clip_v;                        /* 0.96, 0.92 for oscar-cov */
+  float clip_k, clip_v;                        /* in (0, 1]: the quantile or ratio of keys and values (0.96, 0.92 for oscar-cov) */
+  int32_t clip_mode;                           /* oscar_clip_mode (oscar-cov: OSCAR_CLIP_QUANTILE at 2 bits, else RATIO) */
+  int32_t rounding;                            /* oscar_rounding (oscar-cov: OSCAR_ROUND_HALF_AWAY) */
   void* k_sink; void* v_sink;                  /* bf16 [B*Hkv][sink][head_dim] (16-byte aligned) */
   void* k_recent; void* v_recent;              /* bf16 [B*Hkv][recent][head_dim] ring */
   void* k_codes; void* v_codes;                /* uint8 [B*Hkv][body_capacity][head_dim*bits/8] */
@@ -61,7 +72,8 @@ typedef struct oscar_cov_cache {
 
 /* Allocation of an oscar-cov cache for `batch` sequences of `num_kv_heads` heads, each holding up to
  * `capacity` tokens (sizes from oscar::covfmt::layout): one zeroed cudaMalloc carved into the eight
- * arrays (16-byte aligned), clips 0.96/0.92. *cache is filled on success; release with
+ * arrays (16-byte aligned), with oscar-cov's row rule (clip 0.96/0.92, quantile at 2 bits and ratio at 4, half away
+ * from zero; the fields may be changed before the first prefill). *cache is filled on success; release with
  * oscar_cov_cache_destroy. oscar_cov_cache_bytes gives the bytes it would take (0 on bad shapes). */
 oscar_status oscar_cov_cache_create(oscar_cov_cache* cache, int32_t batch, int32_t num_kv_heads, int32_t head_dim,
                                     int32_t bits, int32_t sink, int32_t recent, int64_t capacity, oscar_error* err);
@@ -75,7 +87,7 @@ int64_t oscar_cov_capacity(const oscar_cov_cache* cache);
 /* Prefill: writes tokens [0, seq_lens[b]) of every sequence from k, v: bf16 [B][Hkv][max_len][head_dim]
  * (already rotated). seq_lens: device int32 [B], each <= max_len (larger values are clamped to max_len);
  * max_len <= capacity. Sink/recent tokens are copied, body tokens quantized (codes bit-exact with
- * oscar::quantize_value on the CPU). */
+ * the CPU reference of oscar/quant_rules.h under the cache's clip_mode and rounding). */
 oscar_status oscar_cov_prefill(const oscar_cov_cache* cache, const void* k, const void* v,
                               const int32_t* seq_lens, int32_t max_len, void* stream, oscar_error* err);
 
@@ -119,7 +131,7 @@ oscar_status oscar_bf16_decode(const void* k, const void* v, int32_t batch, int3
 
 
 /* ---- oscar-omni (OScaR): Hadamard-rotated K/V, per-token key norms over all KV heads, keys per channel
- * over 32-token blocks, values per token in 32-channel groups, BF16 residual block of 128 tokens.
+ * over 32-token blocks, values per token in 32-channel groups, OScaR's integer zero point, BF16 residual block of 128 tokens.
  * Layout and byte sizes: oscar/omni_format.h. Supported shapes: oscar_omni_shape_supported. */
 typedef struct oscar_omni_cache {
   int32_t batch, num_kv_heads, head_dim, bits;

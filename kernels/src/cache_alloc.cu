@@ -72,6 +72,8 @@ extern "C" oscar_status oscar_cov_cache_create(oscar_cov_cache* cache, int32_t b
   c.body_capacity = l.body_capacity;
   c.clip_k = oscar::covfmt::kClipK;
   c.clip_v = oscar::covfmt::kClipV;
+  c.clip_mode = static_cast<int32_t>(oscar::covfmt::default_clip_mode(bits));
+  c.rounding = static_cast<int32_t>(oscar::covfmt::kRounding);
   const int64_t bytes[8] = {l.sink_bytes, l.sink_bytes, l.recent_bytes, l.recent_bytes,
                             l.codes_bytes, l.codes_bytes, l.params_bytes, l.params_bytes};
   void** arrays[8] = {&c.k_sink, &c.v_sink, &c.k_recent, &c.v_recent, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params};

@@ -7,6 +7,7 @@
 // QuantizedKvCache and to simulate_layer. Dequantization: f64 for the decode reference, f32 as lib does.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
@@ -60,24 +61,39 @@ inline Cache empty(int batch, int kv_heads, int head_dim, int bits, int64_t capa
   return c;
 }
 
-// One body row: packed codes and (scale, zero) of one token's D bf16 values, as the kernel quantizes it.
-inline void quantize_row(const uint16_t* x16, int D, int bits, float clip, uint8_t* codes, uint32_t* params) {
-  std::vector<float> x(D);
-  float mn = 0, mx = 0;
+// The row rule of a cache (oscar_cov_cache's clip_mode, clip_k / clip_v, rounding); the allocator's at `bits` by default.
+struct Rule {
+  oscar::ClipMode mode;
+  float clip_k = oscar::covfmt::kClipK, clip_v = oscar::covfmt::kClipV;
+  oscar::Rounding rounding = oscar::covfmt::kRounding;
+  static Rule allocator(int bits) { return Rule{oscar::covfmt::default_clip_mode(bits)}; }
+};
+
+// One body row: packed codes and (scale, zero) of one token's D bf16 values, as the kernel quantizes it: the quantile clamp
+// (the threshold by sorting |x|), or the ratio clip, then the row's min and max.
+inline void quantize_row(const uint16_t* x16, int D, int bits, oscar::ClipMode mode, float clip, oscar::Rounding rounding, uint8_t* codes,
+                         uint32_t* params) {
+  std::vector<float> x(D), mag(D);
   for (int i = 0; i < D; ++i) {
     x[i] = oscar::bf16_bits_to_float(x16[i]);
-    mn = i ? std::min(mn, x[i]) : x[i];
-    mx = i ? std::max(mx, x[i]) : x[i];
+    mag[i] = std::fabs(x[i]);
   }
+  if (mode == oscar::ClipMode::Quantile) {
+    std::sort(mag.begin(), mag.end());
+    const float thr = mag[size_t(oscar::quantile_clip_index(clip, D))];
+    for (float& xi : x) xi = oscar::clamp_to_threshold(xi, thr);
+    clip = 1.0f;
+  }
+  const float mn = *std::min_element(x.begin(), x.end()), mx = *std::max_element(x.begin(), x.end());
   const oscar::GroupParams p = oscar::group_params(mn, mx, bits, false, clip, oscar::ScaleDtype::F16);
   std::fill(codes, codes + oscar::covfmt::body_code_bytes(D, bits), uint8_t(0));
-  for (int i = 0; i < D; ++i) oscar::pack_code(codes, i, oscar::quantize_value(x[i], p, bits, false, oscar::Rounding::HalfEven), bits);
+  for (int i = 0; i < D; ++i) oscar::pack_code(codes, i, oscar::quantize_value(x[i], p, bits, false, rounding), bits);
   *params = pack_params(p);
 }
 
 // The cache holding tokens [0, lens[b]) of k, v (bf16 [B][H][T][D]) for every sequence b.
 inline Cache build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std::vector<int>& lens, int bits, int64_t capacity,
-                   int sink = oscar::covfmt::kDefaultSink, int recent = oscar::covfmt::kDefaultRecent) {
+                   int sink, int recent, const Rule& rule) {
   Cache c = empty(int(lens.size()), k.H, k.D, bits, capacity, sink, recent);
   const int D = c.D, S = sink, W = recent;
   const int64_t CB = oscar::covfmt::body_code_bytes(D, bits);
@@ -85,7 +101,7 @@ inline Cache build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std
   twins::Array* win[2][2] = {{&A[kSink], &A[kSink + 1]}, {&A[kRecent], &A[kRecent + 1]}};
   twins::Array* codes[2] = {&A[kCodes], &A[kCodes + 1]};
   twins::Array* params[2] = {&A[kParams], &A[kParams + 1]};
-  const float clip[2] = {oscar::covfmt::kClipK, oscar::covfmt::kClipV};
+  const float clip[2] = {rule.clip_k, rule.clip_v};
   for (int b = 0; b < c.B; ++b) {
     const int64_t L = lens[b], nb = oscar::covfmt::body_tokens(L, S, W);
     if (L > c.capacity || L > k.T) { std::fprintf(stderr, "cov_twin: L=%lld beyond the capacity or the rows\n", (long long)L); std::abort(); }
@@ -101,7 +117,8 @@ inline Cache build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std
             std::fill(a.live.begin() + row * D, a.live.begin() + (row + 1) * D, uint8_t(1));
           } else {
             const int64_t i = bh * c.body_capacity + (t - S);
-            quantize_row(x.row(b, h, t), D, bits, clip[tensor], codes[tensor]->as<uint8_t>() + i * CB, params[tensor]->as<uint32_t>() + i);
+            quantize_row(x.row(b, h, t), D, bits, rule.mode, clip[tensor], rule.rounding, codes[tensor]->as<uint8_t>() + i * CB,
+                         params[tensor]->as<uint32_t>() + i);
             std::fill(codes[tensor]->live.begin() + i * CB, codes[tensor]->live.begin() + (i + 1) * CB, uint8_t(1));
             params[tensor]->live[size_t(i)] = 1;
           }
@@ -110,6 +127,11 @@ inline Cache build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std
     }
   }
   return c;
+}
+// The same with the allocator's rule at `bits` (what oscar_cov_cache_create leaves in the cache).
+inline Cache build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std::vector<int>& lens, int bits, int64_t capacity,
+                   int sink = oscar::covfmt::kDefaultSink, int recent = oscar::covfmt::kDefaultRecent) {
+  return build(k, v, lens, bits, capacity, sink, recent, Rule::allocator(bits));
 }
 
 // Token t of (b, h), channel ch, of a sequence holding L tokens, as stored: bf16 window value, or

@@ -92,12 +92,12 @@ inline Cache build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std
             mn = i ? std::min(mn, y[i]) : y[i];
             mx = i ? std::max(mx, y[i]) : y[i];
           }
-          const GroupParams p = group_params(mn, mx, bits, false, 1.0f, ScaleDtype::F16);
+          const IntZeroParams p = int_zero_params(mn, mx, bits, 1.0f, ScaleDtype::F16);
           const int64_t pi = (bh * (cap / kKeyBlock) + t0 / kKeyBlock) * D + ch;
-          A[kKParams].as<uint32_t>()[pi] = pack_params(p);
+          A[kKParams].as<uint32_t>()[pi] = pack_params(p.p);
           A[kKParams].live[size_t(pi)] = 1;
           for (int i = 0; i < kKeyBlock; ++i)
-            pack_code(&kc[(bh * cap + t0 + i) * CB], ch, quantize_value(y[i], p, bits, false, Rounding::HalfEven), bits);
+            pack_code(&kc[(bh * cap + t0 + i) * CB], ch, quantize_value_int_zero(y[i], p, bits, Rounding::HalfEven), bits);
         }
       for (int64_t t = 0; t < nb; ++t) {
         mark(A[kCodes], (bh * cap + t) * CB, CB);
@@ -109,13 +109,13 @@ inline Cache build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std
             mn = j ? std::min(mn, xv) : xv;
             mx = j ? std::max(mx, xv) : xv;
           }
-          const GroupParams p = group_params(mn, mx, bits, false, 1.0f, ScaleDtype::F16);
+          const IntZeroParams p = int_zero_params(mn, mx, bits, 1.0f, ScaleDtype::F16);
           const int64_t pi = (bh * cap + t) * (D / kValueGroup) + g;
-          A[kVParams].as<uint32_t>()[pi] = pack_params(p);
+          A[kVParams].as<uint32_t>()[pi] = pack_params(p.p);
           A[kVParams].live[size_t(pi)] = 1;
           for (int j = 0; j < kValueGroup; ++j) {
             const int ch = g * kValueGroup + j;
-            pack_code(&vc[(bh * cap + t) * CB], ch, quantize_value(x(v, b, h, t, ch), p, bits, false, Rounding::HalfEven), bits);
+            pack_code(&vc[(bh * cap + t) * CB], ch, quantize_value_int_zero(x(v, b, h, t, ch), p, bits, Rounding::HalfEven), bits);
           }
         }
       }

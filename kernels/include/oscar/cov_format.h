@@ -18,8 +18,10 @@
 //     (D = head_dim: 64, 128 or 256 compiled => group D): codes packed little-endian as in quant_rules.h (2 bits: byte k
 //     holds channels 4k..4k+3, channel 4k lowest; 4 bits: low nibble = even channel), D*BITS/8 bytes
 //     per token (32 for INT2), followed in a separate array by (scale, zero) as two fp16 (4 bytes).
-//     Codes come from oscar::group_params(clip*min, clip*max, BITS, asymmetric, fp16) and
-//     oscar::quantize_value (round half to even) on the BF16 input values, clip 0.96 (K), 0.92 (V).
+//     Codes come from the BF16 input values by the cache's row rule (clip_mode, clip_k/clip_v, rounding): by default
+//     at 2 bits OSCAR's (its code: per-row quantile clamp at 0.96 (K) / 0.92 (V), oscar::quantile_clip_index and
+//     clamp_to_threshold, then oscar::group_params(min, max, BITS, asymmetric, clip 1, fp16) and quantize_value
+//     rounding half away from zero); at 4 bits, and with OSCAR_CLIP_RATIO, group_params(clip*min, clip*max, ...).
 //   * Arrays (all device memory; "BH" = batch * kv_heads, (b, h) major):
 //       k_sink, v_sink       bf16    [BH][S][D]
 //       k_recent, v_recent   bf16    [BH][W][D]
@@ -33,6 +35,7 @@
 #include <cstdint>
 
 #include "oscar/host_device.h"
+#include "oscar/quant_rules.h"
 
 namespace oscar::covfmt {
 
@@ -40,6 +43,10 @@ constexpr int kDefaultSink = 64;
 constexpr int kDefaultRecent = 256;
 constexpr float kClipK = 0.96f;
 constexpr float kClipV = 0.92f;
+constexpr Rounding kRounding = Rounding::HalfAway;  // OSCAR's half-up on (x - min) / scale >= 0
+// oscar-cov's clip at `bits`: OSCAR's per-row quantile clamp at 2 bits (the width OSCAR defines); the ratio clip at
+// the other widths, where it measured better (preset oscar-cov, its `clip: {bits: [2]}`).
+OSCAR_HD ClipMode default_clip_mode(int bits) { return bits == 2 ? ClipMode::Quantile : ClipMode::Ratio; }
 constexpr int kParamBytes = 4;  // fp16 scale + fp16 zero per token per tensor
 
 // Packed code bytes of one token's body row (one tensor).

@@ -15,8 +15,9 @@
 //     L2 norm n_t (omni_token_norm below, stored fp16, one per token shared by the heads); body keys are
 //     quantized as y = k / n_t (IEEE division; a token with n_t = 0 keeps y = k) and read back as
 //     n_t * y^. Keys: per channel, asymmetric, over blocks of 32 tokens (one (scale, zero) per channel per
-//     block). Values: per token, asymmetric, groups of 32 channels. Clip 1.0, fp16 scale/zero, round half
-//     to even, codes from oscar::group_params / quantize_value on the BF16 inputs.
+//     block). Values: per token, asymmetric, groups of 32 channels. Clip 1.0, fp16 scale/zero, OScaR's integer
+//     zero point (the stored zero is -z * scale: dequantization is code * scale + zero as for any group), round half
+//     to even, codes from oscar::int_zero_params / quantize_value_int_zero on the BF16 inputs.
 //   * Arrays (device memory, "BH" = batch * kv_heads, (b, h) major; D = head_dim: 64, 128 or 256 compiled):
 //       k_res, v_res   bf16    [BH][128][D]            residual block
 //       k_codes,v_codes uint8  [BH][body_capacity][D*BITS/8]   token rows, packed as in quant_rules.h

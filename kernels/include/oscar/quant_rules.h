@@ -12,7 +12,11 @@
 // scale and zero are first rounded to their storage dtype (fp16, bf16 or fp32); codes are computed
 // from the stored values, exactly as a kernel that reads them back would dequantize. A group whose
 // stored scale is 0 (constant group) gets code 0 (asymmetric) or the mid code (symmetric).
-// Rounding: half to even (rintf; the default) or half away from zero (roundf).
+// Rounding: half to even (rintf; the default) or half away from zero (roundf; for the non-negative
+// (x - zero) / scale of an asymmetric group this is OSCAR's half-up, floor(v + 0.5)).
+// Quantile clip (OSCAR's code, below): each token row is clamped to +-(its k-th smallest |x|) before its groups
+// take their min and max with clip 1. Integer zero point (OScaR's and QuaRot's code, below): the zero point is a
+// whole number of steps.
 // Packing: code i of a packed row occupies bits [i*b, (i+1)*b) of a little-endian bit stream (byte k
 // holds stream bits 8k..8k+7, least significant first); for b = 2, byte k holds codes 4k..4k+3 with
 // code 4k in its two lowest bits; for b = 4, code 2k in the low nibble.
@@ -27,6 +31,8 @@ namespace oscar {
 
 enum class ScaleDtype : int { F16 = 0, BF16 = 1, F32 = 2 };
 enum class Rounding : int { HalfEven = 0, HalfAway = 1 };
+enum class ClipMode : int { Ratio = 0, Quantile = 1 };
+enum class ZeroPoint : int { Float = 0, Integer = 1 };
 
 OSCAR_HD int scale_dtype_bytes(ScaleDtype t) { return t == ScaleDtype::F32 ? 4 : 2; }
 
@@ -105,6 +111,57 @@ OSCAR_HD uint8_t quantize_value_recip(float x, GroupParams p, float r, int bits,
 OSCAR_HD float dequantize_value(uint8_t code, GroupParams p, int bits, bool symmetric) {
   if (symmetric) return static_cast<float>(static_cast<int>(code) - (1 << (bits - 1))) * p.scale;
   return static_cast<float>(code) * p.scale + p.zero;
+}
+
+// Quantile clip (OSCAR, arXiv 2605.17757; its kernels' oracle `sort(abs(x))[int(clip_ratio * head_dim)]`): the
+// threshold of a row of n values is its k-th smallest |x| (0-based, counting repeats), k = floor(ratio * n) taken in
+// double from the float32 ratio and clamped to [0, n - 1] (equal to OSCAR's float64 index for every two-decimal
+// ratio and power-of-two n up to 512). A value is then kept when |x| <= threshold, else replaced by
+// copysign(threshold, x): at head_dim 64 a ratio of 0.96 clamps the 2 largest |x| to the 3rd largest.
+OSCAR_HD int quantile_clip_index(float ratio, int n) {
+  const int k = static_cast<int>(static_cast<double>(ratio) * n);  // ratio > 0: truncation is the floor
+  return k < 0 ? 0 : (k > n - 1 ? n - 1 : k);
+}
+OSCAR_HD float clamp_to_threshold(float x, float threshold) { return fabsf(x) > threshold ? copysignf(threshold, x) : x; }
+
+// Integer zero point (OScaR's quarot_utils.py and CUDA qpack.h, QuaRot's quant_utils.py): with the stored scale s of
+// the asymmetric group above, z = rint(-lo / s) (half to even; any integer, also outside [0, 2^b - 1]) and
+// code = clamp(round(x / s) + z, 0, 2^b - 1) with the tensor's rounding. The stored zero is dtype(0 - z s) (exact in
+// float for |z| < 2^13), so that x^ = code * s + zero as for the float zero point; OScaR's kernel stores its zero so.
+// A group whose stored scale is 0 keeps z = 0, zero = dtype(lo) and code 0, as for the float zero point.
+struct IntZeroParams {
+  GroupParams p;  // the stored (scale, zero)
+  float z;        // the integer zero point, in steps
+};
+OSCAR_HD IntZeroParams int_zero_params(float mn, float mx, int bits, float clip, ScaleDtype t) {
+  IntZeroParams q;
+  const float lo = clip * mn, hi = clip * mx;
+  q.p.scale = store_param((hi - lo) / static_cast<float>(max_code(bits)), t);
+  if (!(q.p.scale > 0.0f)) {
+    q.z = 0.0f;
+    q.p.zero = store_param(lo, t);
+    return q;
+  }
+  q.z = rintf(-lo / q.p.scale);
+  q.p.zero = store_param(0.0f - q.z * q.p.scale, t);
+  return q;
+}
+OSCAR_HD uint8_t quantize_value_int_zero(float x, const IntZeroParams& q, int bits, Rounding r) {
+  if (!(q.p.scale > 0.0f)) return 0;
+  float c = round_value(x / q.p.scale, r) + q.z;
+  c = fminf(fmaxf(c, 0.0f), static_cast<float>(max_code(bits)));
+  return static_cast<uint8_t>(c);
+}
+// The same through the group's reciprocal r = 1 / scale (div_by_recip; equal wherever that equals the division).
+OSCAR_HD uint8_t quantize_value_int_zero_recip(float x, const IntZeroParams& q, float r, int bits, Rounding rounding) {
+  if (!(q.p.scale > 0.0f)) return 0;
+#if defined(__CUDA_ARCH__)
+  float c = __fadd_rn(round_value(div_by_recip(x, q.p.scale, r), rounding), q.z);
+#else
+  float c = round_value(div_by_recip(x, q.p.scale, r), rounding) + q.z;
+#endif
+  c = fminf(fmaxf(c, 0.0f), static_cast<float>(max_code(bits)));
+  return static_cast<uint8_t>(c);
 }
 
 // Packing into / out of a little-endian bit stream (see the header comment).

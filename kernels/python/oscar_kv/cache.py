@@ -241,7 +241,8 @@ class _KvCache:
 
 class CovKvCache(_KvCache):
     """oscar-cov (OSCAR): BF16 sink (64) and recent (256) windows per (sequence, KV head), the body in 2 or 4 bits,
-    one token-wise asymmetric group of head_dim channels per token, clips 0.96 (K) / 0.92 (V); rotation: the
+    one token-wise asymmetric group of head_dim channels per token, OSCAR's per-row quantile clamp at 0.96 (K) / 0.92 (V),
+    rounding half away from zero (the C cache's clip_mode / rounding fields); rotation: the
     calibrated R_K / R_V matrices (oscar-rotate), or none."""
     _fmt, _short = "oscar-cov", "cov"
 

@@ -43,8 +43,21 @@ oscar_status check_cache(const oscar_cov_cache* c, const char* fn, oscar_error* 
     if (ptrs[i] && !api::aligned(ptrs[i], 16))
       return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: cache->%s %p is not 16-byte aligned", fn, names[i], ptrs[i]);
   }
+  if (!(c->clip_k > 0.0f && c->clip_k <= 1.0f) || !(c->clip_v > 0.0f && c->clip_v <= 1.0f))
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->clip_k=%g clip_v=%g must be in (0, 1]", fn, c->clip_k, c->clip_v);
+  if (c->clip_mode != OSCAR_CLIP_RATIO && c->clip_mode != OSCAR_CLIP_QUANTILE)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->clip_mode=%d is neither OSCAR_CLIP_RATIO (0) nor OSCAR_CLIP_QUANTILE (1)", fn,
+                     c->clip_mode);
+  if (c->rounding != OSCAR_ROUND_HALF_EVEN && c->rounding != OSCAR_ROUND_HALF_AWAY)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->rounding=%d is neither OSCAR_ROUND_HALF_EVEN (0) nor OSCAR_ROUND_HALF_AWAY (1)",
+                     fn, c->rounding);
   v.B = c->batch; v.Hkv = c->num_kv_heads; v.S = c->sink; v.W = c->recent; v.cap = c->body_capacity;
-  v.clip_k = c->clip_k; v.clip_v = c->clip_v;
+  const bool quantile = c->clip_mode == OSCAR_CLIP_QUANTILE;
+  v.clip_k = quantile ? 1.0f : c->clip_k;
+  v.clip_v = quantile ? 1.0f : c->clip_v;
+  v.quantile_k = quantile ? quantile_clip_index(c->clip_k, c->head_dim) : -1;
+  v.quantile_v = quantile ? quantile_clip_index(c->clip_v, c->head_dim) : -1;
+  v.rounding = static_cast<Rounding>(c->rounding);
   v.ks = static_cast<uint16_t*>(c->k_sink); v.vs = static_cast<uint16_t*>(c->v_sink);
   v.kr = static_cast<uint16_t*>(c->k_recent); v.vr = static_cast<uint16_t*>(c->v_recent);
   v.kc = static_cast<uint8_t*>(c->k_codes); v.vc = static_cast<uint8_t*>(c->v_codes);

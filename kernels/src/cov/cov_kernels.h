@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "decode/args.h"
+#include "oscar/quant_rules.h"
 #include "oscar_kernels.h"
 
 namespace oscar::kernels {
@@ -14,7 +15,9 @@ namespace oscar::kernels {
 struct CovView {
   int B, Hkv, S, W;
   int64_t cap;
-  float clip_k, clip_v;
+  float clip_k, clip_v;  // ratio clip (quantile_k/_v < 0), else 1 (the quantile clamp does the clipping)
+  int quantile_k, quantile_v;  // quantile clip: the threshold's index in a row's ascending |x|; -1: ratio clip
+  Rounding rounding;
   uint16_t *ks, *vs, *kr, *vr;
   uint8_t *kc, *vc;
   uint32_t *kp, *vp;

@@ -1,6 +1,6 @@
 // cov/cov_quantize.cu: oscar-cov prefill and append (layout oscar/cov_format.h). A token row of head_dim HD
-// is held by HD/8 lanes, 8 channels per lane; clipped token-wise min/max, fp16 (scale, zero), codes by
-// oscar::group_params / quantize_value_recip (bit-exact with the CPU's quantize_value). Sink and recent tokens are copied; append
+// is held by HD/8 lanes, 8 channels per lane; OSCAR's per-row quantile clamp (or a ratio clip), token-wise min/max,
+// fp16 (scale, zero), codes by oscar::group_params / quantize_value_recip (bit-exact with the CPU's quantize_value). Sink and recent tokens are copied; append
 // demotes the token leaving the recent ring into the body.
 #include "api_util.h"
 #include "cov/cov_kernels.h"
@@ -15,9 +15,44 @@
 namespace oscar::kernels {
 namespace {
 
-// Quantizes one row (this lane's 8 channels x): the lane's packed code bits and the (scale, zero) fp16 pair.
+// The k-th smallest |x| (0-based, counting repeats) of a row held as 8 values per lane by HD/8 lanes: the largest u
+// with #{|x| >= u} >= HD - k, built bit by bit on the bits of |x| (non-negative floats order as their bit patterns),
+// so every lane of the row gets the same element of the row exactly (quant_rules.h: quantile_clip_index). The row's
+// values are bf16 values (the inputs are bf16; rotate_row8 rounds to bf16): their low 16 bits are 0, so are u's, and
+// only bits 30..16 are searched.
+template <int HD>
+__device__ __forceinline__ float row_quantile(const float (&x)[8], int k, unsigned mask) {
+  uint32_t a[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) a[i] = __float_as_uint(x[i]) & 0x7fffffffu;
+  const int need = HD - k;
+  uint32_t t = 0;
+#pragma unroll 1
+  for (int b = 30; b >= 16; --b) {
+    const uint32_t cand = t | (1u << b);
+    int n = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) n += a[i] >= cand ? 1 : 0;
+#pragma unroll
+    for (int o = 1; o < HD / 8; o <<= 1) n += __shfl_xor_sync(mask, n, o, HD / 8);
+    if (n >= need) t = cand;
+  }
+  return __uint_as_float(t);
+}
+
+// Quantizes one row (this lane's 8 channels x): the lane's packed code bits and the (scale, zero) fp16 pair. quantile >= 0:
+// the row is first clamped to its quantile-th smallest |x| and clip is 1 (CovView).
 template <int HD, int BITS>
-__device__ __forceinline__ void quantize_row(const float (&x)[8], float clip, unsigned mask, uint32_t& code_bits, uint32_t& params) {
+__device__ __forceinline__ void quantize_row(const float (&x_in)[8], float clip, int quantile, Rounding rounding, unsigned mask,
+                                             uint32_t& code_bits, uint32_t& params) {
+  float x[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) x[i] = x_in[i];
+  if (quantile >= 0) {  // uniform over the row's lanes (one cache field)
+    const float thr = row_quantile<HD>(x, quantile, mask);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = clamp_to_threshold(x[i], thr);
+  }
   float mn = x[0], mx = x[0];
 #pragma unroll
   for (int i = 1; i < 8; ++i) { mn = fminf(mn, x[i]); mx = fmaxf(mx, x[i]); }
@@ -33,7 +68,7 @@ __device__ __forceinline__ void quantize_row(const float (&x)[8], float clip, un
   uint32_t bits = 0;
 #pragma unroll
   for (int i = 0; i < 8; ++i)
-    bits |= static_cast<uint32_t>(quantize_value_recip(x[i], p, r, BITS, Rounding::HalfEven)) << (BITS * i);
+    bits |= static_cast<uint32_t>(quantize_value_recip(x[i], p, r, BITS, rounding)) << (BITS * i);
   code_bits = bits;
   params = static_cast<uint32_t>(float_to_half_bits(p.scale)) | (static_cast<uint32_t>(float_to_half_bits(p.zero)) << 16);
 }
@@ -79,8 +114,8 @@ __global__ void __launch_bounds__(256) prefill_kernel(CovView c, RotArgs rot, co
       vin = pack8_bf16(vx);
     }
     uint32_t kbits, kpar, vbits, vpar;
-    quantize_row<HD, BITS>(kx, c.clip_k, mask, kbits, kpar);
-    quantize_row<HD, BITS>(vx, c.clip_v, mask, vbits, vpar);
+    quantize_row<HD, BITS>(kx, c.clip_k, c.quantile_k, c.rounding, mask, kbits, kpar);
+    quantize_row<HD, BITS>(vx, c.clip_v, c.quantile_v, c.rounding, mask, vbits, vpar);
     if (!live) continue;
     const int64_t nb = covfmt::body_tokens(len, c.S, c.W);
     if (t < c.S) {
@@ -127,7 +162,8 @@ __global__ void __launch_bounds__(256) append_kernel(CovView c, RotArgs rot, con
     float x[8];
     bf16x8_to_float(old, x);
     uint32_t bits, par;
-    quantize_row<HD, BITS>(x, is_v ? c.clip_v : c.clip_k, row_lanes_mask<HD>(threadIdx.x & 31), bits, par);
+    quantize_row<HD, BITS>(x, is_v ? c.clip_v : c.clip_k, is_v ? c.quantile_v : c.quantile_k, c.rounding, row_lanes_mask<HD>(threadIdx.x & 31),
+                           bits, par);
     const int64_t bi = bh * c.cap + (t - c.W - c.S);
     store_codes<BITS>((is_v ? c.vc : c.kc) + bi * CB, li, bits);
     if (li == 0) (is_v ? c.vp : c.kp)[bi] = par;

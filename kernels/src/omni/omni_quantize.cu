@@ -1,7 +1,7 @@
 // omni/omni_quantize.cu: oscar-omni prefill and append (layout oscar/omni_format.h) for every (head_dim,
 // bits) of decode/shapes.h: per-token key norms over all KV heads (omnifmt::omni_token_norm's order), keys
 // per channel over 32-token blocks of k / n_t, values per token in 32-channel groups, codes and fp16
-// (scale, zero) by oscar::group_params / quantize_value (bit-exact with the CPU); the BF16 residual block
+// (scale, zero) by OScaR's integer zero point, oscar::int_zero_params / quantize_value_int_zero (bit-exact with the CPU); the BF16 residual block
 // of 128 tokens is copied, and append quantizes it into the body when it fills.
 #include "api_util.h"
 #include "decode/mma.cuh"
@@ -97,13 +97,13 @@ __device__ void quantize_keys32(const OmniView& c, int b, int64_t t0, SrcK src_k
       mn = fminf(mn, sm.mn[p][ch]);
       mx = fmaxf(mx, sm.mx[p][ch]);
     }
-    const GroupParams p = group_params(mn, mx, BITS, false, 1.0f, ScaleDtype::F16);
+    const IntZeroParams p = int_zero_params(mn, mx, BITS, 1.0f, ScaleDtype::F16);
     if (hf == 0)
       c.kp[(bh * (c.cap / kKeyBlock) + t0 / kKeyBlock) * HD + ch] =
-          static_cast<uint32_t>(float_to_half_bits(p.scale)) | (static_cast<uint32_t>(float_to_half_bits(p.zero)) << 16);
-    const float r = __frcp_rn(p.scale);  // quantize_value_recip == quantize_value (test_quant_recip)
+          static_cast<uint32_t>(float_to_half_bits(p.p.scale)) | (static_cast<uint32_t>(float_to_half_bits(p.p.zero)) << 16);
+    const float r = __frcp_rn(p.p.scale);  // quantize_value_int_zero_recip == quantize_value_int_zero (test_quant_recip)
 #pragma unroll
-    for (int k = 0; k < TT; ++k) sm.codes[hf * TT + k][ch] = quantize_value_recip(y[k], p, r, BITS, Rounding::HalfEven);
+    for (int k = 0; k < TT; ++k) sm.codes[hf * TT + k][ch] = quantize_value_int_zero_recip(y[k], p, r, BITS, Rounding::HalfEven);
     __syncthreads();
     // pack: 32 rows x CB bytes as 32-bit words, 16 (INT2) or 8 (INT4) codes per word
     constexpr int WPR = CB / 4, CPW = 32 / BITS;
@@ -142,17 +142,17 @@ __device__ void quantize_values32(const OmniView& c, int b, int64_t t0, SrcV src
         mn = fminf(mn, __shfl_xor_sync(0xffffffffu, mn, o));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
       }
-      const GroupParams p = group_params(mn, mx, BITS, false, 1.0f, ScaleDtype::F16);
+      const IntZeroParams p = int_zero_params(mn, mx, BITS, 1.0f, ScaleDtype::F16);
       uint32_t bits = 0;
-      const float rv = __frcp_rn(p.scale);  // quantize_value_recip == quantize_value (test_quant_recip)
+      const float rv = __frcp_rn(p.p.scale);  // quantize_value_int_zero_recip == quantize_value_int_zero (test_quant_recip)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) bits |= static_cast<uint32_t>(quantize_value_recip(x[j], p, rv, BITS, Rounding::HalfEven)) << (BITS * j);
+      for (int j = 0; j < 4; ++j) bits |= static_cast<uint32_t>(quantize_value_int_zero_recip(x[j], p, rv, BITS, Rounding::HalfEven)) << (BITS * j);
       uint8_t* row = c.vc + (bh * c.cap + t0 + i) * CB;
       if constexpr (BITS == 2) row[q] = static_cast<uint8_t>(bits);
       else reinterpret_cast<uint16_t*>(row)[q] = static_cast<uint16_t>(bits);
       if ((q & 7) == 0)
         c.vp[(bh * c.cap + t0 + i) * (HD / kValueGroup) + q / 8] =
-            static_cast<uint32_t>(float_to_half_bits(p.scale)) | (static_cast<uint32_t>(float_to_half_bits(p.zero)) << 16);
+            static_cast<uint32_t>(float_to_half_bits(p.p.scale)) | (static_cast<uint32_t>(float_to_half_bits(p.p.zero)) << 16);
     }
 }
 

@@ -82,12 +82,15 @@ SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTe
 }
 
 SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTensor& v, const LayerRotations& rot,
-                              const CacheSegments& segments) {
+                              const KvSegments& segments) {
   const int H = k.heads, T = k.tokens, d = k.head_dim;
   SimulatedLayer out;
   out.segments = segments;
-  validate_spec(r.key, out.segments.body() > 0 ? out.segments.body() : (r.key.axis == QuantAxis::PerChannel ? r.key.group : 1), d);
-  validate_spec(r.value, out.segments.body() > 0 ? out.segments.body() : (r.value.axis == QuantAxis::PerChannel ? r.value.group : 1), d);
+  for (const bool is_v : {false, true}) {
+    const TensorQuant& q = is_v ? r.value : r.key;
+    const int body = out.segments.of(is_v).body();
+    validate_spec(q, body > 0 ? body : (q.axis == QuantAxis::PerChannel ? q.group : 1), d);
+  }
   rot.check_heads(H);
   out.k_hat = k;
   out.v_hat = v;
@@ -104,12 +107,12 @@ SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTe
   }
   for (int h = 0; h < H; ++h) {
     try {  // errors (e.g. a scale that overflows its dtype) name the KV head and tensor
-      quantize_head(out.k_hat.head(h), T, d, r.key, out.segments, r.windows.window_dtype, norms);
+      quantize_head(out.k_hat.head(h), T, d, r.key, out.segments.key, r.windows.window_dtype, norms);
     } catch (const Error& e) {
       fail("KV head {} keys: {}", h, e.what());
     }
     try {
-      quantize_head(out.v_hat.head(h), T, d, r.value, out.segments, r.windows.window_dtype, {});
+      quantize_head(out.v_hat.head(h), T, d, r.value, out.segments.value, r.windows.window_dtype, {});
     } catch (const Error& e) {
       fail("KV head {} values: {}", h, e.what());
     }

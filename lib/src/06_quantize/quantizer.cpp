@@ -50,33 +50,74 @@ std::vector<float> clip_candidates(float extra) {
   return c;
 }
 
-GroupParams checked_params(float mn, float mx, float clip, const TensorQuant& s) {
-  const GroupParams p = group_params(mn, mx, s.bits, s.symmetric, clip, s.scale_dtype);
-  if (!std::isfinite(p.scale) || !std::isfinite(p.zero))
+// The parameters of one group and the rule that codes it (float or integer zero point).
+struct GroupRule {
+  GroupParams p;
+  float z = 0;  // integer zero point, in steps
+  bool int_zero = false;
+  uint8_t code(float x, const TensorQuant& s) const {
+    return int_zero ? quantize_value_int_zero(x, IntZeroParams{p, z}, s.bits, s.rounding) : quantize_value(x, p, s.bits, s.symmetric, s.rounding);
+  }
+};
+
+GroupRule checked_params(float mn, float mx, float clip, const TensorQuant& s) {
+  if (s.range_with_zero) {  // QuaRot: the range always holds 0
+    mn = std::min(mn, 0.0f);
+    mx = std::max(mx, 0.0f);
+  }
+  GroupRule g;
+  if (s.zero_point == ZeroPoint::Integer && !s.symmetric) {
+    const IntZeroParams q = int_zero_params(mn, mx, s.bits, clip, s.scale_dtype);
+    g = GroupRule{q.p, q.z, true};
+  } else {
+    g.p = group_params(mn, mx, s.bits, s.symmetric, clip, s.scale_dtype);
+  }
+  if (!std::isfinite(g.p.scale) || !std::isfinite(g.p.zero))
     fail("group parameters overflow {}: group range [{}, {}] with clip {} gives scale {}, zero {}; "
          "use scale_dtype bf16 or f32",
-         dtype_name(s.scale_dtype), mn, mx, clip, p.scale, p.zero);
-  return p;
+         dtype_name(s.scale_dtype), mn, mx, clip, g.p.scale, g.p.zero);
+  return g;
 }
 
-// Squared reconstruction error of one group under params p.
-double group_sq_error(const float* x, GroupView v, GroupParams p, const TensorQuant& s) {
+// Squared reconstruction error of one group under rule g.
+double group_sq_error(const float* x, GroupView v, const GroupRule& g, const TensorQuant& s) {
   double err = 0.0;
   for (int i = 0; i < v.n; ++i) {
     const float xi = x[v.base + i * v.stride];
-    const uint8_t code = quantize_value(xi, p, s.bits, s.symmetric, s.rounding);
-    const double d = static_cast<double>(xi) - dequantize_value(code, p, s.bits, s.symmetric);
+    const double d = static_cast<double>(xi) - dequantize_value(g.code(xi, s), g.p, s.bits, s.symmetric);
     err += d * d;
   }
   return err;
 }
 
-void quantize_uniform(const float* x, QuantizedBlock& q) {
+// OSCAR's quantile clip of every token row of a [tokens, dim] block (quant_rules.h: quantile_clip_index,
+// clamp_to_threshold), as a new block.
+std::vector<float> quantile_clamped(const float* x, int tokens, int dim, float ratio) {
+  const int k = quantile_clip_index(ratio, dim);
+  std::vector<float> out(x, x + static_cast<size_t>(tokens) * dim), mag(static_cast<size_t>(dim));
+  for (int t = 0; t < tokens; ++t) {
+    float* row = out.data() + static_cast<size_t>(t) * dim;
+    for (int c = 0; c < dim; ++c) mag[c] = std::fabs(row[c]);
+    std::nth_element(mag.begin(), mag.begin() + k, mag.end());
+    const float threshold = mag[k];
+    for (int c = 0; c < dim; ++c) row[c] = clamp_to_threshold(row[c], threshold);
+  }
+  return out;
+}
+
+void quantize_uniform(const float* x_in, QuantizedBlock& q) {
   const TensorQuant& s = q.spec;
+  std::vector<float> clamped;
+  const float* x = x_in;
+  if (s.clip_mode == ClipMode::Quantile) {
+    clamped = quantile_clamped(x_in, q.tokens, q.dim, s.clip_ratio);
+    x = clamped.data();
+  }
+  const float ratio = s.clip_mode == ClipMode::Ratio ? s.clip_ratio : 1.0f;
   const size_t groups = group_count(s, q.tokens, q.dim);
   q.params.resize(groups);
   q.clip_used.resize(groups);
-  const std::vector<float> cands = s.clip_search ? clip_candidates(s.clip_ratio) : std::vector<float>{};
+  const std::vector<float> cands = s.clip_search ? clip_candidates(ratio) : std::vector<float>{};
   for (size_t gi = 0; gi < groups; ++gi) {
     const GroupView v = group_at(s, q.dim, gi);
     float mn = x[v.base], mx = x[v.base];
@@ -85,25 +126,25 @@ void quantize_uniform(const float* x, QuantizedBlock& q) {
       mn = std::min(mn, xi);
       mx = std::max(mx, xi);
     }
-    float clip = s.clip_ratio;
-    GroupParams p = checked_params(mn, mx, clip, s);
+    float clip = ratio;
+    GroupRule g = checked_params(mn, mx, clip, s);
     if (s.clip_search) {
       double best = -1.0;
       for (float c : cands) {  // descending, strict improvement only: ties keep the larger ratio
-        const GroupParams pc = checked_params(mn, mx, c, s);
-        const double e = group_sq_error(x, v, pc, s);
+        const GroupRule gc = checked_params(mn, mx, c, s);
+        const double e = group_sq_error(x, v, gc, s);
         if (best < 0.0 || e < best) {
           best = e;
           clip = c;
-          p = pc;
+          g = gc;
         }
       }
     }
-    q.params[gi] = p;
+    q.params[gi] = g.p;
     q.clip_used[gi] = clip;
     for (int i = 0; i < v.n; ++i) {
       const size_t k = v.base + i * v.stride;
-      q.codes[k] = quantize_value(x[k], p, s.bits, s.symmetric, s.rounding);
+      q.codes[k] = g.code(x[k], s);
     }
   }
 }
@@ -157,6 +198,10 @@ void validate_spec(const TensorQuant& spec, int tokens, int dim) {
     fail("quantizer bits {} is out of range; use 1..8 (or 16 to keep the tensor in fp16)", spec.bits);
   if (!(spec.clip_ratio > 0.0f && spec.clip_ratio <= 1.0f))
     fail("clip ratio {} is outside (0, 1]; use e.g. 1.0 (no clipping) or 0.9", spec.clip_ratio);
+  if (spec.clip_mode == ClipMode::Quantile && (spec.clip_search || spec.codebook == Codebook::LloydMax))
+    fail("the quantile clip applies to uniform codes without clip search; use clip mode ratio with clip_search or lloyd-max");
+  if (spec.zero_point == ZeroPoint::Integer && (spec.symmetric || spec.codebook == Codebook::LloydMax))
+    fail("an integer zero point applies to asymmetric uniform codes; use zero_point float with symmetric or lloyd-max");
   if (spec.codebook == Codebook::LloydMax) {
     if (spec.bits > 4)
       fail("LloydMax codebook supports 1..4 bits (got {}); use 1..4 bits or the uniform codebook", spec.bits);

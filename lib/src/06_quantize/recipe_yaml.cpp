@@ -39,6 +39,47 @@ ScaleDtype parse_dtype(const YAML::Node& n, const std::string& file, const std::
   fail("{}: '{}' = '{}' is not a storage dtype; use fp16, bf16 or fp32", where(n, file), key, s);
 }
 
+ZeroPoint parse_zero_point(const YAML::Node& n, const std::string& file) {
+  const auto z = get<std::string>(n, file, "zero_point");
+  if (z == "float") return ZeroPoint::Float;
+  if (z == "integer") return ZeroPoint::Integer;
+  fail("{}: zero_point '{}' unknown; use float (the group minimum) or integer (a whole number of steps, as OScaR and QuaRot)",
+       where(n, file), z);
+}
+
+float parse_clip_ratio(const YAML::Node& n, const std::string& file, const std::string& key) {
+  const float c = get<float>(n, file, key);
+  if (!(c > 0.f && c <= 1.f)) fail("{}: clip {} {} must be in (0, 1]", where(n, file), key, c);
+  return c;
+}
+
+// `clip: {mode: ratio|quantile, key: R, value: R, bits: [...]}`: the clip of both tensors (a tensor's own `clip: R` sets its
+// ratio); `bits`: the widths a quantile mode applies to (the ratio clip at the others).
+void parse_clip(const YAML::Node& n, const std::string& file, Recipe& r) {
+  check_keys(n, file, "clip", {"mode", "key", "value", "bits"});
+  if (n["bits"]) r.quantile_bits = parse_bits_list(n["bits"], file, "clip.bits");
+  if (n["mode"]) {
+    const auto m = get<std::string>(n["mode"], file, "mode");
+    ClipMode mode;
+    if (m == "ratio") mode = ClipMode::Ratio;
+    else if (m == "quantile") mode = ClipMode::Quantile;
+    else
+      fail("{}: clip mode '{}' unknown; use ratio (min and max scaled by the ratio) or quantile (each token row clamped to "
+           "its ratio-quantile of |x|, as OSCAR)",
+           where(n["mode"], file), m);
+    r.key.clip_mode = r.value.clip_mode = mode;
+  }
+  if (n["key"]) r.key.clip_ratio = parse_clip_ratio(n["key"], file, "key");
+  if (n["value"]) r.value.clip_ratio = parse_clip_ratio(n["value"], file, "value");
+}
+
+void parse_windows(const YAML::Node& w, const std::string& file, const std::string& what, TensorWindows& t) {
+  if (w["sink"]) t.sink = get<int>(w["sink"], file, "sink");
+  if (w["recent"]) t.recent = get<int>(w["recent"], file, "recent");
+  if (w["residual"]) t.residual = get<int>(w["residual"], file, "residual");
+  if (t.sink < 0 || t.recent < 0 || t.residual < 0) fail("{}: {} sizes must be >= 0", where(w, file), what);
+}
+
 }  // namespace
 
 std::vector<int> parse_bits_list(const YAML::Node& b, const std::string& file, const std::string& key) {
@@ -66,7 +107,9 @@ std::vector<int> parse_bits_list(const YAML::Node& b, const std::string& file, c
 namespace {
 
 void parse_tensor(const YAML::Node& n, const std::string& file, const std::string& what, TensorQuant& q) {
-  check_keys(n, file, what, {"bits", "axis", "group", "symmetric", "clip", "clip_search", "scale_dtype", "rounding", "codebook"});
+  check_keys(n, file, what,
+             {"bits", "axis", "group", "symmetric", "clip", "clip_search", "scale_dtype", "rounding", "codebook", "zero_point",
+              "range_with_zero"});
   if (n["bits"]) {
     q.bits = get<int>(n["bits"], file, "bits");
     if (!((q.bits >= 1 && q.bits <= 8) || q.bits == 16))
@@ -91,10 +134,7 @@ void parse_tensor(const YAML::Node& n, const std::string& file, const std::strin
     }
   }
   if (n["symmetric"]) q.symmetric = get<bool>(n["symmetric"], file, "symmetric");
-  if (n["clip"]) {
-    q.clip_ratio = get<float>(n["clip"], file, "clip");
-    if (!(q.clip_ratio > 0.f && q.clip_ratio <= 1.f)) fail("{}: clip {} must be in (0, 1]", where(n["clip"], file), q.clip_ratio);
-  }
+  if (n["clip"]) q.clip_ratio = parse_clip_ratio(n["clip"], file, what);
   if (n["clip_search"]) q.clip_search = get<bool>(n["clip_search"], file, "clip_search");
   if (n["scale_dtype"]) q.scale_dtype = parse_dtype(n["scale_dtype"], file, "scale_dtype");
   if (n["rounding"]) {
@@ -103,6 +143,8 @@ void parse_tensor(const YAML::Node& n, const std::string& file, const std::strin
     else if (r == "half-away") q.rounding = Rounding::HalfAway;
     else fail("{}: rounding '{}' unknown; use half-even or half-away", where(n["rounding"], file), r);
   }
+  if (n["zero_point"]) q.zero_point = parse_zero_point(n["zero_point"], file);
+  if (n["range_with_zero"]) q.range_with_zero = get<bool>(n["range_with_zero"], file, "range_with_zero");
   if (n["codebook"]) {
     const auto c = get<std::string>(n["codebook"], file, "codebook");
     if (c == "uniform") q.codebook = Codebook::Uniform;
@@ -153,7 +195,7 @@ void yaml_check_keys(const YAML::Node& n, const std::string& file, const std::st
 RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeFile base) {
   check_keys(node, file, "a recipe",
              {"name", "source", "bits", "key_rotation", "value_rotation", "covariance_scope", "omni_token_scaling", "norm_dtype",
-              "key", "value", "windows", "preset"});
+              "clip", "zero_point", "key", "value", "windows", "preset"});
   RecipeFile out = std::move(base);
   Recipe& r = out.recipe;
   if (node["name"]) r.name = get<std::string>(node["name"], file, "name");
@@ -172,6 +214,8 @@ RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeF
   }
   if (node["omni_token_scaling"]) r.omni_token_scaling = get<bool>(node["omni_token_scaling"], file, "omni_token_scaling");
   if (node["norm_dtype"]) r.norm_dtype = parse_dtype(node["norm_dtype"], file, "norm_dtype");
+  if (node["clip"]) parse_clip(node["clip"], file, r);
+  if (node["zero_point"]) r.key.zero_point = r.value.zero_point = parse_zero_point(node["zero_point"], file);
   if (node["key"]) {
     parse_tensor(node["key"], file, "key", r.key);
     if (node["key"]["bits"]) out.key_bits_fixed = true;
@@ -182,13 +226,15 @@ RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeF
   }
   if (node["windows"]) {
     const YAML::Node w = node["windows"];
-    check_keys(w, file, "windows", {"sink", "recent", "residual", "dtype"});
-    if (w["sink"]) r.windows.sink = get<int>(w["sink"], file, "sink");
-    if (w["recent"]) r.windows.recent = get<int>(w["recent"], file, "recent");
-    if (w["residual"]) r.windows.residual = get<int>(w["residual"], file, "residual");
+    check_keys(w, file, "windows", {"sink", "recent", "residual", "dtype", "key", "value"});
+    parse_windows(w, file, "window", r.windows.key);  // sink, recent, residual: both tensors
+    parse_windows(w, file, "window", r.windows.value);
+    for (const char* t : {"key", "value"})
+      if (w[t]) {
+        check_keys(w[t], file, fmt::format("windows.{}", t), {"sink", "recent", "residual"});
+        parse_windows(w[t], file, fmt::format("windows.{}", t), std::string(t) == "key" ? r.windows.key : r.windows.value);
+      }
     if (w["dtype"]) r.windows.window_dtype = parse_dtype(w["dtype"], file, "dtype");
-    if (r.windows.sink < 0 || r.windows.recent < 0 || r.windows.residual < 0)
-      fail("{}: window sizes must be >= 0", where(w, file));
   }
   if (r.name.empty()) fail("{}: a recipe needs a name", where(node, file));
   if (r.covariance_scope == CovarianceScope::KvHead && !r.calibrated())
@@ -274,6 +320,9 @@ Recipe resolve_at(const Recipe& in, int key_bits, int value_bits, int head_dim) 
   r.key.bits = key_bits;
   r.value.bits = value_bits;
   for (TensorQuant* q : {&r.key, &r.value}) {
+    if (q->clip_mode == ClipMode::Quantile && !r.quantile_bits.empty() &&
+        std::find(r.quantile_bits.begin(), r.quantile_bits.end(), q->bits) == r.quantile_bits.end())
+      q->clip_mode = ClipMode::Ratio;  // the quantile clip only at the widths `clip.bits` lists
     q->group = resolved_group(*q, head_dim);
     if (q->quantized() && q->codebook == Codebook::Uniform && q->axis == QuantAxis::PerToken && head_dim % q->group != 0)
       fail("recipe {}: group size {} does not divide head_dim {}; use a divisor of {} (or group: head)", r.name, q->group,

@@ -42,33 +42,54 @@ const char* dtype_label(ScaleDtype t) {
   }
 }
 
-// Why tensor `q` cannot be served by a kernel format that stores it on `axis` in groups of `group`
-// (token-wise: channels; channel-wise: tokens) with clip `clip` (< 0: any) on head_dim `hd` (a recipe's
-// `group: head` is hd channels); empty when it can.
-std::string tensor_reason(const TensorQuant& q, const char* what, QuantAxis axis, int group, float clip, int hd) {
+// What a kernel format takes of a tensor: its axis and group (token-wise: channels; channel-wise: tokens), the zero
+// point, and whether the clip and the rounding are the cache's to choose (else: ratio clip 1, half to even).
+struct FormatRule {
+  QuantAxis axis;
+  int group;
+  ZeroPoint zero_point;
+  bool any_clip_and_rounding;
+};
+
+// Why tensor `q` cannot be served by a kernel format `f` on head_dim `hd` (a recipe's `group: head` is hd
+// channels); empty when it can.
+std::string tensor_reason(const TensorQuant& q, const char* what, const FormatRule& f, int hd) {
   if (!q.quantized()) return fmt::format("{} are kept in fp16 while the other tensor is quantized", what);
   if (q.bits != 2 && q.bits != 4) return fmt::format("{} at {} bits, the kernels have 2 and 4", what, q.bits);
   if (q.codebook != Codebook::Uniform) return fmt::format("{} use the Lloyd-Max codebook", what);
-  if (q.axis != axis) return fmt::format("{} are quantized per {}", what, q.axis == QuantAxis::PerChannel ? "channel" : "token");
-  if (resolved_group(q, hd) != group)
-    return fmt::format("{} in groups of {} {}, the kernels use {}", what, resolved_group(q, hd), axis == QuantAxis::PerToken ? "channels" : "tokens", group);
+  if (q.axis != f.axis) return fmt::format("{} are quantized per {}", what, q.axis == QuantAxis::PerChannel ? "channel" : "token");
+  if (resolved_group(q, hd) != f.group)
+    return fmt::format("{} in groups of {} {}, the kernels use {}", what, resolved_group(q, hd), f.axis == QuantAxis::PerToken ? "channels" : "tokens",
+                       f.group);
   if (q.symmetric) return fmt::format("{} are quantized symmetrically, the kernels are asymmetric", what);
   if (q.clip_search) return fmt::format("{} use a clip search", what);
-  if (clip >= 0 && q.clip_ratio != clip) return fmt::format("{} clipped at {}, the kernels of this format at {}", what, q.clip_ratio, clip);
+  if (q.range_with_zero) return fmt::format("{} widen their range to include 0", what);
+  if (q.zero_point != f.zero_point)
+    return fmt::format("{} have a{} zero point, the kernels of this format an {}", what, q.zero_point == ZeroPoint::Integer ? "n integer" : " float",
+                       f.zero_point == ZeroPoint::Integer ? "integer one (OScaR's)" : "float one (the group minimum)");
+  if (!f.any_clip_and_rounding && (q.clip_mode != ClipMode::Ratio || q.clip_ratio != 1.0f))
+    return fmt::format("{} are clipped, the kernels of this format do not clip", what);
+  if (!f.any_clip_and_rounding && q.rounding != Rounding::HalfEven)
+    return fmt::format("{} round half away from zero, the kernels of this format round half to even", what);
   if (q.scale_dtype != ScaleDtype::F16) return fmt::format("{} have {} scales, the kernels store fp16", what, dtype_label(q.scale_dtype));
-  if (q.rounding != Rounding::HalfEven) return fmt::format("{} round half away from zero, the kernels round half to even", what);
   return {};
 }
 
-// The oscar-cov kernel format: token-wise groups of head_dim, BF16 sink + recent windows (compiled head_dims: gpu_unsupported_reason).
+// The oscar-cov kernel format: token-wise groups of head_dim, the cache's clip and rounding, BF16 sink + recent windows
+// (compiled head_dims: gpu_unsupported_reason).
 std::string cov_reason(const Recipe& r, int hd) {
-  if (auto s = tensor_reason(r.key, "keys", QuantAxis::PerToken, hd, -1, hd); !s.empty()) return s;
-  if (auto s = tensor_reason(r.value, "values", QuantAxis::PerToken, hd, -1, hd); !s.empty()) return s;
+  const FormatRule f{QuantAxis::PerToken, hd, ZeroPoint::Float, true};
+  if (auto s = tensor_reason(r.key, "keys", f, hd); !s.empty()) return s;
+  if (auto s = tensor_reason(r.value, "values", f, hd); !s.empty()) return s;
   if (r.key.bits != r.value.bits) return fmt::format("keys at {} bits and values at {}", r.key.bits, r.value.bits);
+  if (r.key.clip_mode != r.value.clip_mode) return "keys and values clipped in different modes";
+  if (r.key.rounding != r.value.rounding) return "keys and values rounded differently";
   if (r.omni_token_scaling) return "keys are scaled by their token norm (Omni-Token Scaling)";
-  if (r.windows.residual != 0) return fmt::format("a residual block of {} tokens", r.windows.residual);
-  if (r.windows.recent <= 0) return "no recent window, the kernels keep one of at least one token";
-  if (r.windows.sink < 0) return "a negative sink";
+  if (!r.windows.shared()) return "keys and values with windows of their own";
+  const TensorWindows& w = r.windows.key;
+  if (w.residual != 0) return fmt::format("a residual block of {} tokens", w.residual);
+  if (w.recent <= 0) return "no recent window, the kernels keep one of at least one token";
+  if (w.sink < 0) return "a negative sink";
   if (r.windows.window_dtype != ScaleDtype::BF16)
     return fmt::format("{} windows, the kernels keep them in bf16", dtype_label(r.windows.window_dtype));
   return {};
@@ -77,13 +98,15 @@ std::string cov_reason(const Recipe& r, int hd) {
 // The oscar-omni kernel format (omni_format.h): keys per channel over 32 tokens with fp16 token norms,
 // values per token in groups of 32 channels, clip 1, BF16 residual block of 128, no sink or recent window.
 std::string omni_reason(const Recipe& r, int hd) {
-  if (auto s = tensor_reason(r.key, "keys", QuantAxis::PerChannel, omnifmt::kKeyBlock, 1.0f, hd); !s.empty()) return s;
-  if (auto s = tensor_reason(r.value, "values", QuantAxis::PerToken, omnifmt::kValueGroup, 1.0f, hd); !s.empty()) return s;
+  if (auto s = tensor_reason(r.key, "keys", {QuantAxis::PerChannel, omnifmt::kKeyBlock, ZeroPoint::Integer, false}, hd); !s.empty()) return s;
+  if (auto s = tensor_reason(r.value, "values", {QuantAxis::PerToken, omnifmt::kValueGroup, ZeroPoint::Integer, false}, hd); !s.empty()) return s;
   if (r.key.bits != r.value.bits) return fmt::format("keys at {} bits and values at {}", r.key.bits, r.value.bits);
   if (!r.omni_token_scaling) return "per-channel keys without Omni-Token Scaling";
   if (r.norm_dtype != ScaleDtype::F16) return fmt::format("{} token norms, the kernels store fp16", dtype_label(r.norm_dtype));
-  if (r.windows.residual != omnifmt::kResidual) return fmt::format("a residual block of {} tokens, the kernels use {}", r.windows.residual, omnifmt::kResidual);
-  if (r.windows.sink != 0 || r.windows.recent != 0) return "sink or recent windows besides the residual block";
+  if (!r.windows.shared()) return "keys and values with windows of their own";
+  const TensorWindows& w = r.windows.key;
+  if (w.residual != omnifmt::kResidual) return fmt::format("a residual block of {} tokens, the kernels use {}", w.residual, omnifmt::kResidual);
+  if (w.sink != 0 || w.recent != 0) return "sink or recent windows besides the residual block";
   if (r.windows.window_dtype != ScaleDtype::BF16)
     return fmt::format("{} windows, the kernels keep them in bf16", dtype_label(r.windows.window_dtype));
   return {};
@@ -204,10 +227,12 @@ GpuKvCache::GpuKvCache(const ModelConfig& c, const Recipe& recipe, const Covaria
       continue;
     }
     oscar_cov_cache k{};
-    if (oscar_cov_cache_create(&k, 1, n_kv_, D, bits, recipe.windows.sink, recipe.windows.recent, capacity, &err) != OSCAR_OK)
+    if (oscar_cov_cache_create(&k, 1, n_kv_, D, bits, recipe.windows.key.sink, recipe.windows.key.recent, capacity, &err) != OSCAR_OK)
       fail("GpuKvCache: {}", err.message);
-    k.clip_k = recipe.key.clip_ratio;
+    k.clip_k = recipe.key.clip_ratio;  // the recipe's row rule (cov_reason: the same mode and rounding for K and V)
     k.clip_v = recipe.value.clip_ratio;
+    k.clip_mode = recipe.key.clip_mode == ClipMode::Quantile ? OSCAR_CLIP_QUANTILE : OSCAR_CLIP_RATIO;
+    k.rounding = recipe.key.rounding == Rounding::HalfAway ? OSCAR_ROUND_HALF_AWAY : OSCAR_ROUND_HALF_EVEN;
     d.layers.push_back(k);
   }
   const size_t kv_bytes = H * D * 2, q_bytes = static_cast<size_t>(n_heads_) * D * 2;

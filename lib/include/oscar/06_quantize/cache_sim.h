@@ -31,12 +31,12 @@ LayerRotations layer_rotations(const Recipe& r, int head_dim, int layer, const C
 // K^ and V^ of every KV head, head-major like the input.
 struct SimulatedLayer {
   HeadTensor k_hat, v_hat;
-  CacheSegments segments;
+  KvSegments segments;
 };
 SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTensor& v, const LayerRotations& rot);
 // The same with explicit segments over the given rows (a quantizing cache simulates a newly filled block
 // as all-body rows, and its window rows as all-window rows).
 SimulatedLayer simulate_layer(const Recipe& r, const HeadTensor& k, const HeadTensor& v, const LayerRotations& rot,
-                              const CacheSegments& segments);
+                              const KvSegments& segments);
 
 }  // namespace oscar

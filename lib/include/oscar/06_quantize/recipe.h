@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "oscar/quant_rules.h"
 
@@ -22,10 +23,15 @@ struct TensorQuant {
   bool symmetric = false;
   QuantAxis axis = QuantAxis::PerToken;
   int group = 128;  // per-token: channels per group; per-channel: tokens per group (KIVI); kGroupHead: head_dim
+  // clip_mode Ratio: the group's min and max are scaled by clip_ratio. Quantile (OSCAR): each token row is first
+  // clamped to its quantile_clip_index(clip_ratio, head_dim)-th smallest |x| (quant_rules.h), then min/max as clip 1.
   float clip_ratio = 1.0f;
+  ClipMode clip_mode = ClipMode::Ratio;
   bool clip_search = false;  // per-group MSE-optimal clip ratio (grid search), CPU reference only
   ScaleDtype scale_dtype = ScaleDtype::F16;
   Rounding rounding = Rounding::HalfEven;
+  ZeroPoint zero_point = ZeroPoint::Float;  // Integer: OScaR's and QuaRot's whole-step zero point (quant_rules.h)
+  bool range_with_zero = false;             // QuaRot: the group's range is widened to include 0 before clipping
   // LloydMax (TurboQuant-style): each token's vector is divided by its L2 norm (stored in scale_dtype)
   // and every coordinate is coded with the Lloyd-Max quantizer of N(0, 1/d); no groups, no zero point.
   Codebook codebook = Codebook::Uniform;
@@ -47,11 +53,18 @@ struct RotationSpec {
   std::string order = "UHP";       // covariance: UHP (OSCAR), U, UP, UPH, HUP (ablations)
 };
 
-struct WindowSpec {
+// The full-precision windows of one tensor (K or V).
+struct TensorWindows {
   int sink = 0;      // first `sink` tokens kept in window_dtype
-  int recent = 0;    // last `recent` tokens kept in window_dtype
-  int residual = 0;  // KIVI residual block: tokens stay full precision until a block of this many fills
+  int recent = 0;    // last `recent` tokens kept in window_dtype (a token leaves it one at a time: KIVI's values)
+  int residual = 0;  // residual block: new tokens stay full precision until a block of this many fills (KIVI's keys)
+  bool operator==(const TensorWindows& o) const { return sink == o.sink && recent == o.recent && residual == o.residual; }
+};
+struct WindowSpec {
+  TensorWindows key, value;  // YAML `windows: {sink, recent, residual}` sets both; `key:` / `value:` maps one
   ScaleDtype window_dtype = ScaleDtype::BF16;  // storage of full-precision tokens (F16, BF16 or F32)
+  const TensorWindows& of(bool is_value) const { return is_value ? value : key; }
+  bool shared() const { return key == value; }  // the same windows for keys and values
 };
 
 struct Recipe {
@@ -62,6 +75,9 @@ struct Recipe {
   bool omni_token_scaling = false;  // OScaR: keys / per-token norm over all KV heads of the layer
   ScaleDtype norm_dtype = ScaleDtype::F16;
   TensorQuant key, value;
+  // YAML `clip: {bits: [...]}`: the widths at which a quantile clip_mode applies; at the other widths resolve_recipe()
+  // sets the ratio clip (the ratios unchanged). Empty: every width.
+  std::vector<int> quantile_bits;
   WindowSpec windows;
   bool calibrated() const {
     return key_rotation.kind == RotationKind::Covariance || value_rotation.kind == RotationKind::Covariance;

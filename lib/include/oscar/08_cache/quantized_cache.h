@@ -4,6 +4,7 @@
 // and never changes after. Each new body block is quantized by the CPU reference (cache_sim.h), so the
 // state after T tokens equals simulate_layer() over those T tokens.
 #pragma once
+#include <utility>
 #include <vector>
 
 #include "oscar/06_quantize/cache_sim.h"
@@ -22,7 +23,7 @@ class QuantizedKvCache : public KvCache {
   int n_kv_, head_dim_;
   std::vector<LayerRotations> rot_;
   std::vector<MatrixRM> k_hat_, v_hat_;  // per layer, rows = positions, columns head-major
-  std::vector<int> body_done_;           // per layer: body rows [sink, body_done) already quantized
+  std::vector<std::pair<int, int>> body_done_;  // per layer, keys and values: body rows [sink, done) already quantized
   std::vector<int> rounded_;             // per layer: rows [0, rounded) hold their window or body values
 };
 
