@@ -19,12 +19,17 @@
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/interrupts.h"
 #include "oscar/01_core/output_files.h"
+#include "oscar/01_core/parallel.h"
+#include "oscar/01_core/version.h"
 
 namespace oscar {
 
 inline constexpr int kUsageExit = 2;  // bad flags or arguments (README, Tools)
 
 namespace cli {
+
+// Every option added after this shows its default in --help (the bound variable's value when the option is added).
+inline void show_defaults(CLI::App& app) { app.option_defaults()->always_capture_default(); }
 
 // Validator for a positional or option naming an input file: a folder given instead says so at once
 // (a missing file is left to the library, whose message says what the file should be).
@@ -145,16 +150,24 @@ int run_app_body(const char* tool, CLI::App& app, int argc, char** argv, Body& b
   return 1;
 }
 
-// Runs a tool: the signal handling of interrupts.h, the flags, the body; never returns.
+// Runs a tool: the signal handling of interrupts.h, the flags (with every tool's --version and --threads), the body;
+// never returns.
 template <class Body>
 int run_app(const char* tool, CLI::App& app, int argc, char** argv, Body body) {
   interrupts::install(tool);
+  app.set_version_flag("--version", std::string(tool) + " (oscar-kv) " + version());
+  int threads = 0;
+  app.add_option("--threads", threads, "threads to use (default: every core, or OMP_NUM_THREADS)")->check(cli::whole_number_in(1, 4096));
   for (CLI::Option* o : app.get_options()) {
     const std::string type = o->get_type_name();
     if (type == "INT" || type == "UINT") o->check(cli::in_range_integer());
     if (type == "FLOAT") o->check(cli::finite_number());
   }
-  int code = run_app_body(tool, app, argc, argv, body);
+  auto with_threads = [&] {
+    if (threads > 0) set_threads(threads);
+    return body();
+  };
+  int code = run_app_body(tool, app, argc, argv, with_threads);
   if ((std::fflush(stdout) != 0 || std::ferror(stdout)) && code == 0) {
     fmt::print(stderr, "{}: error: {}\n", tool, write_error_message("standard output", errno));
     code = 1;

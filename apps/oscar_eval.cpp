@@ -7,8 +7,10 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-eval: end-to-end fidelity of quantized-cache recipes on held-out text"};
+  oscar::cli::show_defaults(app);
   oscar::EvalRequest r;
   std::vector<std::string> recipes{"fp16", "naive", "kivi", "quarot", "turboquant", "oscar-omni", "oscar-cov"};
+  std::string budget = "3@32K";
   bool quiet = false;
   app.add_option("--model", r.model, "llama2.c checkpoint, or a GGUF file (FILE.gguf: the tokenizer comes from the file)")->required();
   app.add_option("--tokenizer", r.tokenizer, "the llama2.c checkpoint's tokenizer.bin (not with a GGUF)");
@@ -22,13 +24,19 @@ int main(int argc, char** argv) {
   auto* recall = app.add_option("--recall", r.recall_distances, "recall-test distances in tokens, e.g. 256,512,1024,1536")->delimiter(',');
   auto* span = app.add_option("--recall-span", r.recall_span, "tokens of the repeated passage (with --recall)")->default_val(64);
   app.add_option("--prompt", r.prompt, "prompt for greedy generation (with --generate)");
-  app.add_option("--generate", r.generate, "tokens to generate greedily from --prompt")->default_val(0);
-  app.add_option("--out", r.out, "folder for eval.csv, eval.md, recall.csv, recall.png (checked before any work)");
+  app.add_option("--generate", r.generate, "tokens to generate greedily from --prompt");
+  app.add_option("--generate-context", r.generate_context,
+                 "tokens of other text (from --calib-offset) before the prompt; -1: enough that every recipe holds at least half of its "
+                 "cache in low bits when generation starts");
+  app.add_option("--budget", budget, "the verdict's bit budget: effective bits per element, at a context length (BITS or BITS@CONTEXT)");
+  app.add_option("--metric", r.metric, "the verdict's metric: kl (next-token distributions) or dloss (loss increase)");
+  app.add_option("--out", r.out, "folder for eval.csv, eval.md, eval.json, recall.csv, recall.png (checked before any work)");
   app.add_flag("--clamp-groups", r.clamp_groups, "per-token groups wider than the model's head_dim become head_dim (small models)");
   app.add_flag("--gpu", r.gpu, "quantized recipes attend through the CUDA decode kernels (oscar-cov and oscar-omni at 2 or 4 bits on the head_dims their kernels take; fp16 stays on the CPU)");
   app.add_flag("--quiet", quiet, "no progress bar");
   return oscar::run_app("oscar-eval", app, argc, argv, [&] {
     r.progress = !quiet;
+    r.budget = oscar::parse_budget(budget);
     if (span->count() > 0 && recall->count() == 0)
       oscar::fail("--recall-span is given without --recall; add --recall D1,D2,... (distances in tokens) or drop --recall-span");
     if (app.count("--out") > 0 && r.out.empty()) oscar::fail("--out is empty; name the output folder");

@@ -45,6 +45,7 @@ TEST_CASE("oscar-eval on SmolLM2's GGUF: reference, fp16, oscar-omni@2, recall, 
   r.recall_span = 16;
   r.prompt = "The capital of France is";
   r.generate = 24;
+  r.generate_context = 0;  // the prompt alone, as ../shared/data/README.md's fact
   const EvalResult res = run_eval(r);
   CHECK(res.model_name == "SmolLM2-135M-Instruct.Q4_1");
   CHECK(res.tokens == tokens);

@@ -44,22 +44,29 @@ TEST_CASE("metrics from logits: KL, top-1 agreement, span loss", "[eval][metrics
   CHECK(shared_prefix({}, {1}) == 0);
 }
 
-TEST_CASE("the recall sequence: BOS, A, newline, filler, newline, A", "[eval][decoding]") {
+TEST_CASE("the recall sequence: BOS, [lead, newline,] A, newline, filler, newline, A", "[eval][decoding]") {
   const std::vector<int> a{10, 11, 12}, filler{51, 52, 53, 54, 55};
-  const RecallSequence s = recall_sequence(a, 13, filler, 5, 1);
+  const RecallSequence s = recall_sequence(a, 13, filler, 0, 5, 1);
   CHECK(s.tokens == std::vector<int>{1, 10, 11, 12, 13, 51, 52, 53, 13, 10, 11, 12});
   CHECK(s.first == 1);
   CHECK(s.repeat == 9);
   CHECK(s.span == 3);
   CHECK(s.repeat - s.first == 3 + 5);  // span + distance
-  CHECK(recall_sequence(a, 13, filler, 2, 1).tokens == std::vector<int>{1, 10, 11, 12, 13, 13, 10, 11, 12});
-  CHECK_THROWS_WITH(recall_sequence(a, 13, filler, 1, 1), Contains("at least 2"));
-  CHECK_THROWS_WITH(recall_sequence(a, 13, filler, 8, 1), Contains("filler has 5 tokens"));
+  CHECK(recall_sequence(a, 13, filler, 0, 2, 1).tokens == std::vector<int>{1, 10, 11, 12, 13, 13, 10, 11, 12});
+  CHECK_THROWS_WITH(recall_sequence(a, 13, filler, 0, 1, 1), Contains("at least 2"));
+  CHECK_THROWS_WITH(recall_sequence(a, 13, filler, 0, 8, 1), Contains("filler has 5 tokens"));
   // A model that reads no BOS (SmolLM2) starts with a line break instead.
-  const RecallSequence n = recall_sequence(a, 198, filler, 4, 198);
+  const RecallSequence n = recall_sequence(a, 198, filler, 0, 4, 198);
   CHECK(n.tokens == std::vector<int>{198, 10, 11, 12, 198, 51, 52, 198, 10, 11, 12});
   CHECK(n.first == 1);
   CHECK(n.repeat - n.first == 3 + 4);
+  // A lead of other text puts A past a cache's sink: the filler's first tokens, a line break, then A; the distance
+  // is unchanged and the filler between the copies continues after the lead.
+  const RecallSequence l = recall_sequence(a, 13, filler, 2, 4, 1);
+  CHECK(l.tokens == std::vector<int>{1, 51, 52, 13, 10, 11, 12, 13, 53, 54, 13, 10, 11, 12});
+  CHECK(l.first == 4);
+  CHECK(l.repeat - l.first == 3 + 4);
+  CHECK_THROWS_WITH(recall_sequence(a, 13, filler, 2, 6, 1), Contains("lead 2 and distance 6 need 6"));
 }
 
 TEST_CASE("greedy decoding through a cache equals generate_greedy", "[eval][decoding]") {

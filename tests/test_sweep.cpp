@@ -2,11 +2,13 @@
 // checks, and a small end-to-end sweep on real dumps of stories260K.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "dump_fixture.h"
 #include "oscar/01_core/error.h"
+#include "oscar/06_quantize/cache_policy.h"
 #include "oscar/06_quantize/recipe_yaml.h"
 #include "oscar/cov_format.h"
 #include "oscar/10_sweep/sweep.h"
@@ -149,7 +151,8 @@ TEST_CASE("a small sweep end to end", "[sweep]") {
                                                 eval_dump() + "\n    calibration: " + calib_dump() +
                                                 "\nrecipes:\n  - fp16\n  - naive\n"
                                                 "  - {preset: oscar-cov, key: {group: head_dim}, value: {group: head_dim}}\n");
-  const SweepConfig cfg = load_sweep_config(p);
+  SweepConfig cfg = load_sweep_config(p);
+  cfg.budget = parse_budget("16");  // every row within the budget: what is ranked is decided by the share quantized
   const SweepResult r = run_sweep(cfg, false);
   REQUIRE(r.summary.size() == 5);  // fp16 + naive@2,4 + oscar-cov@2,4
   CHECK(r.rows.size() == 5 * 5 * 4);  // recipes x layers x KV heads
@@ -167,8 +170,54 @@ TEST_CASE("a small sweep end to end", "[sweep]") {
   CHECK(find("oscar-cov@2").bits_at_dump == 16.0);
   CHECK(find("oscar-cov@4").mean.kl == find("oscar-cov@2").mean.kl);
   CHECK(find("oscar-cov@2").bits_128k == Approx((130752.0 * (2 + 32.0 / 8) + 320 * 16) / 131072));  // fp16 scale+zero per 8
+  // What was quantized: nothing of oscar-cov (its windows hold all 96 tokens), everything of naive. A row mostly in full
+  // precision is marked, warned about, and never ranked: the verdict skips it although its error is the lowest.
+  CHECK(find("oscar-cov@2").quantized_share == 0.0);
+  CHECK(!find("oscar-cov@2").ranked);
+  CHECK(find("naive@2").quantized_share == 1.0);
+  CHECK(find("fp16").quantized_share == 0.0);
+  CHECK(!find("fp16").quantizes);
+  CHECK(find("oscar-cov@2").mean.kl < find("naive@2").mean.kl);
+  REQUIRE(r.verdicts.size() == 1);
+  const Verdict& v = r.verdicts[0].second;
+  CHECK(v.best != "oscar-cov@2");
+  CHECK(std::find(v.mostly_full_precision.begin(), v.mostly_full_precision.end(), "oscar-cov@2") != v.mostly_full_precision.end());
+  bool warned = false;
+  for (const auto& w : r.warnings)
+    warned = warned || (w.find("oscar-cov@2, oscar-cov@4 (sink 64 + recent 256 in full precision: 640 tokens or more)") != std::string::npos &&
+                        w.find("not ranked") != std::string::npos);
+  CHECK(warned);
+  const std::string md = summary_markdown(cfg, r);
+  CHECK(md.find("| oscar-cov@2 | 2 | ⚠ 0% |") != std::string::npos);
+  CHECK(md.find("| naive@2 | 2 | 100% |") != std::string::npos);
   write_sweep_outputs(cfg, r);
-  for (const char* f : {"layers.csv", "summary.csv", "summary.md", "pareto.png"}) CHECK(fs::file_size(fs::path(out) / f) > 0);
+  for (const char* f : {"layers.csv", "summary.csv", "summary.md", "summary.json", "pareto.png"}) CHECK(fs::file_size(fs::path(out) / f) > 0);
+}
+
+TEST_CASE("no table ranks a row under half quantized", "[sweep][share]") {
+  // Every preset on a short dump: whatever the sweep's verdict picks is mostly in low bits and within the budget, and
+  // every row marked as ranked is too.
+  const std::string out = (test::scratch() / "sweep-share").string();
+  std::string recipes;
+  for (const std::string& n : preset_names())
+    if (n != "turboquant") recipes += "  - " + n + "\n";
+  const auto p = write_config("share.yaml", "output: " + out + "\nqueries: 32\nbits: [2, 4]\ndumps:\n  - name: s\n    path: " + eval_dump() +
+                                                "\n    calibration: " + calib_dump() + "\nrecipes:\n" + recipes);
+  SweepConfig cfg = load_sweep_config(p);
+  for (RecipeFile& rf : cfg.recipes) rf.recipe.key.group = rf.recipe.key.group == 32 ? 8 : rf.recipe.key.group;  // head_dim 8
+  for (RecipeFile& rf : cfg.recipes) rf.recipe.value.group = rf.recipe.value.group == 32 ? 8 : rf.recipe.value.group;
+  for (const char* budget : {"3", "6@96", "16@96"}) {
+    cfg.budget = parse_budget(budget);
+    const SweepResult r = run_sweep(cfg, false);
+    INFO("budget " << budget);
+    for (const SweepSummary& s : r.summary) {
+      if (s.ranked) {
+        CHECK(s.quantized_share >= kMinQuantizedShare);
+        CHECK(s.bits_budget <= cfg.budget.bits + 1e-9);
+      }
+      if (r.verdicts[0].second.found && s.recipe == r.verdicts[0].second.best) CHECK(s.ranked);
+    }
+  }
 }
 
 TEST_CASE("a sweep runs every width it asks, keeps a recipe's own widths and labels them truly", "[sweep][widths]") {

@@ -153,4 +153,8 @@ void parallel_chunks(int64_t n, const std::function<void(int64_t)>& fn) {
   if (outer) omp_set_num_threads(omp_threads), t_in_chunk = false;
 }
 
+void set_threads(int n) {
+  if (n > 0) omp_set_num_threads(n);
+}
+
 }  // namespace oscar

@@ -31,6 +31,13 @@ void Progress::done() {
   draw(true);
 }
 
+void Progress::pause_line(const std::string& line) {
+  if (enabled_ && tty_ && !finished_) fmt::print(stderr, "\r\033[K");
+  fmt::print(stderr, "{}\n", line);
+  if (enabled_ && tty_ && !finished_) draw(false);
+  std::fflush(stderr);
+}
+
 void Progress::draw(bool final) {
   const double frac = static_cast<double>(count_) / static_cast<double>(total_);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

@@ -1,8 +1,9 @@
-// stats.cpp: quantiles, median, mean and standard deviation.
+// stats.cpp: quantiles, median, mean, standard deviation and block-bootstrap intervals.
 #include "oscar/01_core/stats.h"
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "oscar/01_core/error.h"
 
@@ -39,6 +40,36 @@ double stddev(const std::vector<double>& x) {
   double s = 0;
   for (double v : x) s += (v - m) * (v - m);
   return std::sqrt(s / static_cast<double>(x.size()));
+}
+
+Interval bootstrap_mean_interval(const std::vector<double>& x, int block, int reps, uint64_t seed) {
+  const size_t n = x.size();
+  if (n == 0) return {NAN, NAN};
+  for (double v : x)
+    if (std::isnan(v)) fail("internal: a bootstrap over a NaN value; leave undefined positions out first");
+  if (block < 1 || reps < 10) fail("internal: bootstrap with block {} and {} replicates", block, reps);
+  const size_t b = std::min<size_t>(static_cast<size_t>(block), n);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<size_t> start(0, n - 1);
+  std::vector<double> means(static_cast<size_t>(reps));
+  for (double& m : means) {
+    double sum = 0;
+    size_t taken = 0;
+    while (taken < n) {
+      const size_t s0 = start(rng);
+      for (size_t i = 0; i < b && taken < n; ++i, ++taken) sum += x[(s0 + i) % n];
+    }
+    m = sum / static_cast<double>(n);
+  }
+  const std::vector<double> q = quantiles(std::move(means), {0.025, 0.975});
+  return {q[0], q[1]};
+}
+
+Interval bootstrap_paired_difference(const std::vector<double>& a, const std::vector<double>& b, int block, int reps, uint64_t seed) {
+  if (a.size() != b.size()) fail("internal: a paired bootstrap of {} and {} values", a.size(), b.size());
+  std::vector<double> d(a.size());
+  for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+  return bootstrap_mean_interval(d, block, reps, seed);
 }
 
 }  // namespace oscar

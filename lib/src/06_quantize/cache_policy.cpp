@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "oscar/06_quantize/quantizer.h"
 
 namespace oscar {
@@ -28,6 +30,60 @@ CacheSegments tensor_segments(const TensorQuant& q, const TensorWindows& w, long
 
 KvSegments cache_segments(const Recipe& r, long tokens) {
   return {tensor_segments(r.key, r.windows.key, tokens), tensor_segments(r.value, r.windows.value, tokens)};
+}
+
+double quantized_share(const Recipe& r, long tokens) {
+  if (tokens <= 0) return 0;
+  const KvSegments s = cache_segments(r, tokens);
+  return (static_cast<double>(s.key.body()) + s.value.body()) / (2.0 * static_cast<double>(tokens));
+}
+
+double attended_quantized_share(const Recipe& r, long T, int n_queries, long sliding_window) {
+  if (T <= 0 || n_queries <= 0) return 0;
+  const KvSegments s = cache_segments(r, T);
+  const long N = std::min<long>(n_queries, T);
+  double sum = 0;
+  for (long p = T - N; p < T; ++p) {
+    const long first = sliding_window > 0 ? std::max(0L, p - sliding_window + 1) : 0;
+    for (const CacheSegments* c : {&s.key, &s.value}) {
+      const long lo = std::max<long>(first, c->sink_end), hi = std::min<long>(p + 1, c->body_end);
+      sum += static_cast<double>(std::max(0L, hi - lo)) / static_cast<double>(p - first + 1);
+    }
+  }
+  return sum / (2.0 * static_cast<double>(N));
+}
+
+double decoding_quantized_share(const Recipe& r, long T) {
+  if (T < 2) return 0;
+  double sum = 0;
+  for (long i = 0; i + 1 < T; ++i) sum += quantized_share(r, i + 1);
+  return sum / static_cast<double>(T - 1);
+}
+
+long tokens_for_quantized_share(const Recipe& r, double target, long limit) {
+  // quantized_share rises with the length but not monotonically (a residual block fills, then flushes): scan upward
+  // coarsely, then step back to the first length that reaches the target.
+  long step = 1, t = 1;
+  while (t <= limit && quantized_share(r, t) < target) t += step, step = std::min<long>(step * 2, 256);
+  if (t > limit) return 0;
+  long lo = std::max(1L, t - step);
+  while (lo < t && quantized_share(r, lo) < target) ++lo;
+  return lo;
+}
+
+std::string windows_text(const Recipe& r) {
+  auto one = [](const TensorWindows& w) {
+    std::string s;
+    auto add = [&](const char* what, int n) {
+      if (n > 0) s += fmt::format("{}{} {}", s.empty() ? "" : " + ", what, n);
+    };
+    add("sink", w.sink);
+    add("recent", w.recent);
+    add("residual", w.residual);
+    return s.empty() ? std::string("no window") : s;
+  };
+  if (r.windows.shared()) return one(r.windows.key);
+  return fmt::format("K {}, V {}", one(r.windows.key), one(r.windows.value));
 }
 
 EffectiveBits effective_bits(const Recipe& recipe, long tokens, int head_dim, int n_kv_heads) {

@@ -258,7 +258,21 @@ RecipeFile load_recipe_file(const std::string& path) {
   } catch (const YAML::ParserException& e) {
     fail("{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.msg);
   }
-  return parse_recipe(n, path);
+  return parse_recipe_entry(n, path);
+}
+
+RecipeFile parse_recipe_entry(const YAML::Node& node, const std::string& file) {
+  RecipeFile base;
+  if (node.IsMap() && node["preset"]) {
+    const YAML::Node p = node["preset"];
+    if (!p.IsScalar()) fail("{}: 'preset:' takes a preset name (e.g. preset: kivi), not a list or a map", where(p, file));
+    try {
+      base = load_preset(p.Scalar());
+    } catch (const Error& e) {
+      fail("{}: {}", where(p, file), e.what());
+    }
+  }
+  return parse_recipe(node, file, base);
 }
 
 std::string presets_dir() {

@@ -24,17 +24,22 @@ std::vector<int> decode_greedy(const Model& m, KvCache& cache, std::span<const i
   return out;
 }
 
-RecallSequence recall_sequence(std::span<const int> a, int newline, std::span<const int> filler, int distance, int start) {
+RecallSequence recall_sequence(std::span<const int> a, int newline, std::span<const int> filler, int lead, int distance, int start) {
   if (distance < 2) fail("recall distance {} is too short: it must be at least 2 (the two line breaks around the filler)", distance);
-  if (static_cast<long>(filler.size()) < distance - 2)
-    fail("internal: the recall filler has {} tokens, distance {} needs {}", filler.size(), distance, distance - 2);
+  if (lead < 0) fail("internal: a recall lead of {} tokens", lead);
+  if (static_cast<long>(filler.size()) < lead + distance - 2)
+    fail("internal: the recall filler has {} tokens, lead {} and distance {} need {}", filler.size(), lead, distance, lead + distance - 2);
   RecallSequence r;
   r.span = static_cast<int>(a.size());
   r.tokens.push_back(start);
-  r.first = 1;
+  if (lead > 0) {  // other text first, so that the passage lies past any attention sink of the cache
+    r.tokens.insert(r.tokens.end(), filler.begin(), filler.begin() + lead);
+    r.tokens.push_back(newline);
+  }
+  r.first = static_cast<int>(r.tokens.size());
   r.tokens.insert(r.tokens.end(), a.begin(), a.end());
   r.tokens.push_back(newline);
-  r.tokens.insert(r.tokens.end(), filler.begin(), filler.begin() + (distance - 2));
+  r.tokens.insert(r.tokens.end(), filler.begin() + lead, filler.begin() + lead + (distance - 2));
   r.tokens.push_back(newline);
   r.repeat = static_cast<int>(r.tokens.size());
   r.tokens.insert(r.tokens.end(), a.begin(), a.end());

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <memory>
 
+#include <fmt/ranges.h>
+
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/progress.h"
 #include "oscar/02_model/loaded_model.h"
@@ -20,6 +22,7 @@
 #include "oscar/08_cache/quantized_cache.h"
 #include "oscar/09_eval/decoding.h"
 #include "oscar/09_eval/metrics.h"
+#include "oscar/11_report/verdict.h"
 
 namespace fs = std::filesystem;
 
@@ -28,6 +31,7 @@ namespace oscar {
 namespace {
 
 constexpr int kDefaultTokens = 1024;
+constexpr int kBootstrapBlock = 32;  // consecutive predictions resampled together (their losses are dependent)
 
 bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\n\v\f") == std::string::npos; }
 
@@ -100,6 +104,17 @@ void validate_eval_options(const EvalRequest& req) {
     fail("--prompt is given without --generate; add --generate N (tokens to generate greedily from the prompt) or drop --prompt");
   if (req.prompt.empty() && req.generate > 0)
     fail("--generate {} needs --prompt TEXT (the text to continue greedily)", req.generate);
+  if (req.generate_context < -1)
+    fail("--generate-context {} is negative; give the tokens of other text before the prompt (0: none), or leave it out", req.generate_context);
+  eval_metric(req.metric);  // names --metric when unknown
+}
+
+VerdictMetric eval_metric(const std::string& name) {
+  if (name == "kl") return {"kl", "KL(fp32 ‖ quant) of the next-token distributions", false, "predicted positions", kBootstrapBlock};
+  if (name == "dloss") return {"dloss", "Δ loss vs fp32 (nats)", false, "predicted positions", kBootstrapBlock};
+  if (name == "output-error")
+    fail("--metric output-error is oscar-sweep's (attention output error); oscar-eval ranks by kl or dloss");
+  fail("--metric '{}' is unknown; use kl (KL of the next-token distributions) or dloss (loss increase)", name);
 }
 
 EvalResult run_eval(const EvalRequest& req) {
@@ -148,28 +163,67 @@ EvalResult run_eval(const EvalRequest& req) {
   if (req.calib_tokens > ctx)
     fail("--calib-tokens {} is beyond the model's context of {} tokens{}; use --calib-tokens {} or fewer", req.calib_tokens, ctx, ctx_hint, ctx);
 
+  // The lengths the end-to-end checks need so that every recipe quantizes what they test: the recalled passage
+  // starts past the largest sink, and the greedy prompt follows enough other text that at least half of every
+  // recipe's cache is in low bits when generation starts.
+  int max_sink = 0;
+  long need_context = 0;
+  for (const Job& j : jobs) {
+    if (!j.r.key.quantized() && !j.r.value.quantized()) continue;
+    max_sink = std::max({max_sink, j.r.windows.key.sink, j.r.windows.value.sink});
+    const long t = tokens_for_quantized_share(j.r, kMinQuantizedShare, ctx);
+    need_context = std::max<long>(need_context, t > 0 ? t : ctx);  // 0: not within the context; as much as it holds
+  }
   std::vector<int> prompt;
+  int gen_context = 0;
   if (req.generate > 0) {
     prompt = lm.encode(req.prompt);
     if (prompt.empty()) fail("--prompt encodes to no tokens; give some text to continue");
-    if (static_cast<long>(prompt.size()) + req.generate > ctx)
+    const long room = static_cast<long>(ctx) - static_cast<long>(prompt.size()) - req.generate - 1;
+    if (room < 0)
       fail("--prompt has {} tokens; with --generate {} that exceeds {}'s context of {} tokens: shorten the prompt or generate fewer "
            "tokens",
            prompt.size(), req.generate, req.model, ctx);
+    if (req.generate_context >= 0) {
+      gen_context = req.generate_context;
+      if (gen_context > room)
+        fail("--generate-context {} with the prompt's {} tokens and --generate {} exceeds {}'s context of {} tokens; use "
+             "--generate-context {} or fewer",
+             gen_context, prompt.size(), req.generate, req.model, ctx, room);
+    } else {
+      gen_context = static_cast<int>(std::clamp<long>(need_context - static_cast<long>(prompt.size()), 0, room));
+    }
   }
   Passage filler;
   int newline = 0;
-  if (!req.recall_distances.empty()) {
-    const int span = req.recall_span;
-    if (span > static_cast<int>(p.tokens.size()) - 1)
-      fail("--recall-span {} is longer than the evaluated passage ({} tokens after BOS); lower --recall-span or raise --tokens", span,
-           p.tokens.size() - 1);
-    const int far = *std::max_element(req.recall_distances.begin(), req.recall_distances.end());
-    if (2L * span + far + 1 > ctx)
-      fail("--recall {} with --recall-span {} makes a sequence of {} tokens, beyond the model's context of {}{}; lower --recall or "
-           "--recall-span",
-           far, span, 2L * span + far + 1, ctx, ctx_hint);
-    filler = pick_passage(req.text, lines, req.calib_offset, far, ctx, ctx_hint.c_str(), lm, {"--calib-offset", "--recall"});
+  const int lead = req.recall_distances.empty() ? 0 : max_sink;
+  if (!req.recall_distances.empty() || gen_context > 0) {
+    long need = gen_context;
+    if (!req.recall_distances.empty()) {
+      const int span = req.recall_span;
+      if (span > static_cast<int>(p.tokens.size()) - 1)
+        fail("--recall-span {} is longer than the evaluated passage ({} tokens after BOS); lower --recall-span or raise --tokens", span,
+             p.tokens.size() - 1);
+      const int far = *std::max_element(req.recall_distances.begin(), req.recall_distances.end());
+      const long length = 2L * span + far + 1 + (lead > 0 ? lead + 1 : 0);
+      if (length > ctx)
+        fail("--recall {} with --recall-span {} makes a sequence of {} tokens{}, beyond the model's context of {}{}; lower --recall or "
+             "--recall-span",
+             far, span, length, lead > 0 ? fmt::format(" (with {} tokens of other text first, past every recipe's sink)", lead) : "", ctx,
+             ctx_hint);
+      need = std::max<long>(need, static_cast<long>(lead) + far);
+    }
+    const long body_start = lm.passage_body_start();
+    if (need + body_start > ctx)
+      fail("the recall test and the greedy prompt need {} tokens of other text, beyond the model's context of {}{}; lower --recall or "
+           "--generate-context",
+           need, ctx, ctx_hint);
+    filler = pick_passage(req.text, lines, req.calib_offset, static_cast<int>(need + body_start), ctx, ctx_hint.c_str(), lm,
+                          {"--calib-offset", "--recall"});
+    if (static_cast<long>(filler.tokens.size()) - body_start < need)
+      fail("{}: the text from --calib-offset {} holds {} tokens, the recall test and greedy prompt need {} of other text; choose an "
+           "earlier --calib-offset or lower --recall / --generate-context",
+           req.text, req.calib_offset, static_cast<long>(filler.tokens.size()) - body_start, need);
     newline = lm.newline_token();
   }
 
@@ -205,65 +259,170 @@ EvalResult run_eval(const EvalRequest& req) {
   res.model_name = lm.name;
   res.tokens = static_cast<int>(p.tokens.size());
   res.passage = fmt::format("{} lines {}.., {} tokens", fs::path(req.text).filename().string(), p.first_line, p.tokens.size());
+  res.metric = eval_metric(req.metric);
+  res.recall_lead = lead;
+  res.generate_context = gen_context;
   const long work = static_cast<long>(jobs.size()) * (1 + static_cast<long>(req.recall_distances.size())) + (req.generate > 0 ? 1 : 0);
   Progress bar("eval", work, req.progress);
+  auto warn = [&](std::string w) {
+    if (std::find(res.warnings.begin(), res.warnings.end(), w) != res.warnings.end()) return;
+    bar.pause_line(fmt::format("warning: {}", w));
+    res.warnings.push_back(std::move(w));
+  };
+  // Logits that are not finite are a broken model or a broken recipe, never a result.
+  auto require_finite = [&](const MatrixRM& logits, long rows, const std::string& who) {
+    if (const long t = first_nonfinite_row(logits, rows); t >= 0)
+      fail("{}: {} at position {} are not finite (NaN or infinity); {}", req.model, who, t,
+           who == "the full-precision logits" ? "the model file is damaged or its weights overflow: check its sha256 or fetch it again"
+                                              : "the recipe's cache overflowed: use bf16 or fp32 scales (scale_dtype) or fewer bits");
+  };
+
+  struct LowRows {
+    std::string windows, needed;
+    std::vector<std::string> rows;  // "recipe share%"
+  };
+  std::vector<LowRows> low;  // rows mostly in full precision, by windows
 
   // Full-precision reference, decoded the same way.
   KvCache ref_cache(mc);
   const MatrixRM ref = decode_teacher_forced(m, ref_cache, p.tokens);
-  const double ref_loss = mean_next_token_loss(ref, p.tokens);
   const long n_pred = static_cast<long>(p.tokens.size()) - 1;
+  require_finite(ref, n_pred, "the full-precision logits");
+  const std::vector<double> ref_losses = next_token_losses(ref, p.tokens);
+  const double ref_loss = mean_next_token_loss(ref, p.tokens);
   for (const Job& j : jobs) {
     const auto cache = make_cache(j, p.tokens.size());
     const MatrixRM q = decode_teacher_forced(m, *cache, p.tokens);
+    require_finite(q, n_pred, fmt::format("recipe {}'s logits", j.r.name));
     EvalRow row;
     row.recipe = j.r.name;
     row.bits = j.bits;
     row.gpu = j.gpu;
+    row.quantizes = j.r.key.quantized() || j.r.value.quantized();
     row.loss = mean_next_token_loss(q, p.tokens);
     row.ppl = std::exp(row.loss);
     row.dloss = row.loss - ref_loss;
-    const LogitAgreement a = compare_logits(ref, q, n_pred);
+    const std::vector<double> losses = next_token_losses(q, p.tokens);
+    for (long t = 0; t < n_pred; ++t) row.dloss_pos.push_back(losses[t] - ref_losses[t]);
+    LogitAgreement a = compare_logits(ref, q, n_pred);
     row.kl = a.kl;
     row.top1 = a.top1;
+    row.kl_pos = std::move(a.kl_rows);
+    row.top1_pos = std::move(a.top1_rows);
+    row.dloss_ci = bootstrap_mean_interval(row.dloss_pos, kBootstrapBlock);
+    row.kl_ci = bootstrap_mean_interval(row.kl_pos, kBootstrapBlock);
+    row.top1_ci = bootstrap_mean_interval(row.top1_pos, kBootstrapBlock);
     row.eff_bits = effective_bits(j.r, static_cast<long>(p.tokens.size()), hd, mc.n_kv_heads).total();
     row.eff_bits_128k = effective_bits(j.r, 131072, hd, mc.n_kv_heads).total();
-    res.rows.push_back(row);
+    row.eff_bits_budget = effective_bits(j.r, req.budget.context, hd, mc.n_kv_heads).total();
+    row.quantized = row.quantizes ? decoding_quantized_share(j.r, static_cast<long>(p.tokens.size())) : 0.0;
+    if (row.quantizes && row.quantized < kMinQuantizedShare) {  // one warning for all such rows, grouped by windows
+      const std::string w = windows_text(j.r);
+      auto it = std::find_if(low.begin(), low.end(), [&](const LowRows& x) { return x.windows == w; });
+      if (it == low.end()) {
+        long need = 2;
+        while (need <= ctx && decoding_quantized_share(j.r, need) < kMinQuantizedShare) need += std::max(16L, need / 8);
+        it = low.insert(low.end(), {w, need <= ctx ? fmt::format("{} tokens or more", need)
+                                                   : fmt::format("more than the model's context of {} tokens", ctx), {}});
+      }
+      it->rows.push_back(fmt::format("{} {:.0f}%", row.recipe, 100 * row.quantized));
+    }
+    res.rows.push_back(std::move(row));
     bar.advance();
   }
 
-  // Recall: BOS + passage A + filler (distance tokens) + passage A again.
+  if (!low.empty()) {
+    std::string list;
+    for (const LowRows& x : low)
+      list += fmt::format("{}{} (windows {}; a low-bit result needs {})", list.empty() ? "" : "; ", fmt::join(x.rows, ", "), x.windows, x.needed);
+    warn(fmt::format("over {} tokens these rows read mostly their full-precision windows (share in low bits given): they measure full "
+                     "precision rather than their quantizer and are not ranked: {}",
+                     p.tokens.size(), list));
+  }
+
+  // Recall: start + other text (past every sink) + passage A + filler (distance tokens) + passage A again.
   if (!req.recall_distances.empty()) {
     const std::span<const int> a(p.tokens.data() + (lm.bos() >= 0 ? 1 : 0), req.recall_span);
     const std::span<const int> filler_body = std::span<const int>(filler.tokens).subspan(lm.passage_body_start());
     for (int dist : req.recall_distances) {
-      const RecallSequence s = recall_sequence(a, newline, filler_body, dist, lm.bos() >= 0 ? lm.bos() : newline);
+      const RecallSequence s = recall_sequence(a, newline, filler_body, lead, dist, lm.bos() >= 0 ? lm.bos() : newline);
       for (const Job& j : jobs) {
         const auto cache = make_cache(j, s.tokens.size());
         const MatrixRM q = decode_teacher_forced(m, *cache, s.tokens);
-        res.recall.push_back({j.r.name, dist, span_loss(q, s.tokens, s.repeat, s.span), span_loss(q, s.tokens, s.first, s.span), j.gpu});
+        require_finite(q, static_cast<long>(s.tokens.size()), fmt::format("recipe {}'s logits (recall)", j.r.name));
+        RecallRow row{j.r.name, dist, span_loss(q, s.tokens, s.repeat, s.span), span_loss(q, s.tokens, s.first, s.span), 0.0, j.gpu};
+        if (j.r.key.quantized() || j.r.value.quantized()) {  // the first copy's tokens in the body when the repeat starts
+          const KvSegments seg = cache_segments(j.r, s.repeat);
+          for (const CacheSegments* c : {&seg.key, &seg.value})
+            row.quantized += static_cast<double>(std::max(0, std::min(s.first + s.span, c->body_end) - std::max(s.first, c->sink_end))) /
+                             (2.0 * s.span);
+          if (row.quantized < kMinQuantizedShare)
+            warn(fmt::format("recall at distance {}: {} keeps {:.0f}% of the first copy in full precision ({}); its recall cell tests full "
+                             "precision; use a larger --recall distance",
+                             dist, j.r.name, 100 * (1 - row.quantized), windows_text(j.r)));
+        }
+        res.recall.push_back(row);
         bar.advance();
       }
     }
   }
 
-  // Greedy generation from a fixed prompt.
+  // Greedy generation from a fixed prompt, after other text (generate_context tokens).
   if (req.generate > 0) {
+    std::vector<int> context;
+    if (gen_context > 0) {
+      context.push_back(lm.bos() >= 0 ? lm.bos() : newline);
+      const std::span<const int> body = std::span<const int>(filler.tokens).subspan(lm.passage_body_start());
+      context.insert(context.end(), body.begin(), body.begin() + gen_context);
+      context.push_back(newline);
+      context.insert(context.end(), prompt.begin() + (prompt.front() == lm.bos() ? 1 : 0), prompt.end());
+    } else {
+      context = prompt;
+    }
     KvCache fp(mc);
-    const std::vector<int> base = decode_greedy(m, fp, prompt, req.generate);
+    const std::vector<int> base = decode_greedy(m, fp, context, req.generate);
     auto text_of = [&](const std::vector<int>& ids) {
       std::string s;
-      int prev = prompt.back();
+      int prev = context.back();
       for (int t : ids) s += lm.decode_piece(prev, t), prev = t;
       return s;
     };
-    res.greedy.push_back({"full precision (fp32)", text_of(base), static_cast<int>(base.size()), static_cast<int>(base.size())});
+    res.greedy.push_back({"full precision (fp32)", text_of(base), static_cast<int>(base.size()), static_cast<int>(base.size()), 0.0});
     for (const Job& j : jobs) {
-      const auto cache = make_cache(j, std::min<size_t>(prompt.size() + req.generate, ctx));
-      const std::vector<int> ids = decode_greedy(m, *cache, prompt, req.generate);
-      res.greedy.push_back({j.r.name, text_of(ids), shared_prefix(ids, base), static_cast<int>(ids.size()), j.gpu});
+      const auto cache = make_cache(j, std::min<size_t>(context.size() + req.generate, ctx));
+      const std::vector<int> ids = decode_greedy(m, *cache, context, req.generate);
+      const bool quantizes = j.r.key.quantized() || j.r.value.quantized();
+      const double share = quantizes ? quantized_share(j.r, static_cast<long>(context.size())) : 0.0;
+      if (quantizes && share < kMinQuantizedShare)
+        warn(fmt::format("greedy: {} holds {:.0f}% of the {}-token context in full precision ({}); its continuation tests full "
+                         "precision; {}",
+                         j.r.name, 100 * (1 - share), context.size(), windows_text(j.r),
+                         tokens_for_quantized_share(j.r, kMinQuantizedShare, ctx) == 0
+                             ? fmt::format("the model's context of {} tokens is too short for these windows", ctx)
+                             : std::string("raise --generate-context")));
+      res.greedy.push_back({j.r.name, text_of(ids), shared_prefix(ids, base), static_cast<int>(ids.size()), share, j.gpu});
     }
     bar.advance();
+  }
+
+  // The verdict: the recipe to pick under the budget, by the metric, over the paired predicted positions.
+  std::vector<VerdictCandidate> cands;
+  for (const EvalRow& r : res.rows)
+    if (r.quantizes) cands.push_back({r.recipe, r.eff_bits_budget, r.quantized, req.metric == "dloss" ? r.dloss_pos : r.kl_pos});
+  res.verdict = pick_recipe(cands, req.budget, res.metric);
+  if (res.verdict.found) {
+    const auto units = [&](const EvalRow& r) -> const std::vector<double>& { return req.metric == "dloss" ? r.dloss_pos : r.kl_pos; };
+    const EvalRow* best = nullptr;
+    for (const EvalRow& r : res.rows)
+      if (r.recipe == res.verdict.best) best = &r;
+    for (EvalRow& r : res.rows) {
+      r.ranked = r.quantizes && r.quantized >= kMinQuantizedShare && r.eff_bits_budget <= req.budget.bits + 1e-9;
+      if (!r.ranked || &r == best) continue;
+      r.vs_best = bootstrap_paired_difference(units(r), units(*best), kBootstrapBlock);
+      r.tied_with_best = r.vs_best.contains(0.0);
+    }
+    for (EvalRow& r : res.rows)
+      if (&r == best) r.tied_with_best = true, r.vs_best = {0.0, 0.0};
   }
   bar.done();
   return res;

@@ -1,6 +1,7 @@
 // metrics.cpp: loss, KL and top-1 agreement from logits.
 #include "oscar/09_eval/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "oscar/01_core/error.h"
@@ -21,15 +22,23 @@ LogitAgreement compare_logits(const MatrixRM& ref, const MatrixRM& q, long rows)
   LogitAgreement r;
   for (long t = 0; t < rows; ++t) {
     const Eigen::VectorXd a = log_softmax(ref.row(t)), b = log_softmax(q.row(t));
-    r.kl += (a.array().exp() * (a - b).array()).sum();
+    r.kl_rows.push_back((a.array().exp() * (a - b).array()).sum());
     Eigen::Index ia, ib;
     ref.row(t).maxCoeff(&ia);
     q.row(t).maxCoeff(&ib);
-    r.top1 += ia == ib ? 1.0 : 0.0;
+    r.top1_rows.push_back(ia == ib ? 1.0 : 0.0);
+    r.kl += r.kl_rows.back();
+    r.top1 += r.top1_rows.back();
   }
   r.kl /= static_cast<double>(rows);
   r.top1 /= static_cast<double>(rows);
   return r;
+}
+
+long first_nonfinite_row(const MatrixRM& logits, long rows) {
+  for (long t = 0; t < std::min<long>(rows, logits.rows()); ++t)
+    if (!logits.row(t).allFinite()) return t;
+  return -1;
 }
 
 double span_loss(const MatrixRM& logits, std::span<const int> tokens, int first, int count) {

@@ -5,13 +5,18 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
+#include "oscar/01_core/version.h"
+#include "oscar/06_quantize/cache_policy.h"
 #include "oscar/11_report/plotting.h"
 
 namespace fs = std::filesystem;
@@ -20,17 +25,72 @@ namespace oscar {
 
 std::string eval_label(const std::string& recipe, bool gpu) { return gpu ? recipe + " (gpu)" : recipe; }
 
+namespace {
+
+// Text for a Markdown table cell: line breaks as ⏎, pipes escaped, other control bytes as \xNN.
+std::string cell_text(const std::string& s) {
+  std::string t;
+  for (unsigned char c : s) {
+    if (c == '\n') t += "⏎";
+    else if (c == '|') t += "\\|";
+    else if (c < 0x20 || c == 0x7f) t += fmt::format("\\x{:02x}", c);
+    else t += static_cast<char>(c);
+  }
+  return t;
+}
+
+std::string ci_text(double v, Interval ci, const char* spec) {
+  if (std::isnan(ci.lo)) return fmt::format(fmt::runtime(spec), v);
+  return fmt::format("{} [{}, {}]", fmt::format(fmt::runtime(spec), v), fmt::format(fmt::runtime(spec), ci.lo),
+                     fmt::format(fmt::runtime(spec), ci.hi));
+}
+
+// "87%", with a warning sign under kMinQuantizedShare; "-" for a recipe that quantizes nothing.
+std::string share_text(double share, bool quantizes) {
+  if (!quantizes) return "-";
+  return fmt::format("{}{:.0f}%", share < kMinQuantizedShare ? "⚠ " : "", 100 * share);
+}
+
+std::string vs_best_text(const EvalRow& x, const EvalResult& r) {
+  if (!r.verdict.found || !x.ranked) return x.quantizes ? "not ranked" : "-";
+  if (x.recipe == r.verdict.best) return "**pick**";
+  return fmt::format("{}{:+.4g} [{:+.4g}, {:+.4g}]", x.tied_with_best ? "≈ " : "", (x.vs_best.lo + x.vs_best.hi) / 2, x.vs_best.lo,
+                     x.vs_best.hi);
+}
+
+}  // namespace
+
 std::string eval_markdown(const EvalRequest& req, const EvalResult& r) {
-  bool any_gpu = false;
-  for (const EvalRow& x : r.rows) any_gpu = any_gpu || x.gpu;
+  bool any_gpu = false, any_low = false;
+  for (const EvalRow& x : r.rows) {
+    any_gpu = any_gpu || x.gpu;
+    any_low = any_low || (x.quantizes && x.quantized < kMinQuantizedShare);
+  }
   std::string md = fmt::format("**{}**, {} (each token decoded from the recipe's quantized cache{})\n\n", r.model_name, r.passage,
                                any_gpu ? "; rows marked (gpu): attention by the CUDA decode kernels over their own quantized cache" : "");
-  md += "| recipe | eff. bits (passage / 128K) | loss (nats) | perplexity | Δ loss vs fp32 | KL(fp32 ‖ quant) | top-1 agreement |\n|---|---|---|---|---|---|---|\n";
+  md += verdict_text(r.verdict, req.budget, r.metric) + "\n\n";
+  md += fmt::format(
+      "| recipe | in low bits | eff. bits (passage / {} / 128K) | loss (nats) | perplexity | Δ loss vs fp32 [95%] | KL(fp32 ‖ quant) [95%] | "
+      "top-1 agreement [95%] | {} vs pick [95%] |\n|---|---|---|---|---|---|---|---|---|\n",
+      context_text(req.budget.context), req.metric);
   for (const EvalRow& x : r.rows)
-    md += fmt::format("| {} | {:.2f} / {:.2f} | {:.4f} | {:.3f} | {:+.4f} | {:.4f} | {:.3f} |\n", eval_label(x.recipe, x.gpu), x.eff_bits, x.eff_bits_128k, x.loss,
-                      x.ppl, x.dloss, x.kl, x.top1);
+    md += fmt::format("| {} | {} | {:.2f} / {:.2f} / {:.2f} | {:.4f} | {:.3f} | {} | {} | {} | {} |\n", eval_label(x.recipe, x.gpu),
+                      share_text(x.quantized, x.quantizes), x.eff_bits, x.eff_bits_budget, x.eff_bits_128k, x.loss, x.ppl,
+                      ci_text(x.dloss, x.dloss_ci, "{:+.4f}"), ci_text(x.kl, x.kl_ci, "{:.4f}"), ci_text(x.top1, x.top1_ci, "{:.3f}"),
+                      vs_best_text(x, r));
+  md += fmt::format(
+      "\nIntervals: 95%, circular block bootstrap over the {} predicted positions (blocks of 32, 2000 replicates; paired for \"vs "
+      "pick\", ≈: the interval holds 0, the two are not told apart on this passage). \"in low bits\": the share of the cached "
+      "tokens each prediction attended to that were quantized, mean over keys and values{}.\n",
+      r.tokens - 1, any_low ? fmt::format("; ⚠ under {:.0f}%: the row measures mostly the full-precision windows and is not ranked",
+                                          100 * kMinQuantizedShare)
+                            : std::string());
   if (!r.recall.empty()) {
-    md += fmt::format("\nRecall: loss (nats) on a {}-token passage repeated after D tokens of other text (first occurrence in brackets)\n\n| recipe |", req.recall_span);
+    md += fmt::format(
+        "\nRecall: loss (nats) on a {}-token passage repeated after D tokens of other text, the first copy placed after {} tokens of "
+        "other text (past every sink); first occurrence in brackets; ⚠: the first copy was mostly in full precision when read "
+        "again\n\n| recipe |",
+        req.recall_span, r.recall_lead);
     for (int d : req.recall_distances) md += fmt::format(" D = {} |", d);
     md += "\n|---|";
     for (size_t i = 0; i < req.recall_distances.size(); ++i) md += "---|";
@@ -38,35 +98,94 @@ std::string eval_markdown(const EvalRequest& req, const EvalResult& r) {
     for (const EvalRow& x : r.rows) {
       md += "| " + eval_label(x.recipe, x.gpu) + " |";
       for (const RecallRow& c : r.recall)
-        if (c.recipe == x.recipe) md += fmt::format(" {:.3f} ({:.2f}) |", c.repeat_loss, c.first_loss);
+        if (c.recipe == x.recipe)
+          md += fmt::format(" {}{:.3f} ({:.2f}) |", x.quantizes && c.quantized < kMinQuantizedShare ? "⚠ " : "", c.repeat_loss, c.first_loss);
       md += "\n";
     }
   }
   if (!r.greedy.empty()) {
-    md += fmt::format("\nGreedy continuation of \"{}\" ({} tokens; shared prefix with fp32 in tokens):\n\n| recipe | shared | text |\n|---|---|---|\n",
-                      req.prompt, req.generate);
+    md += fmt::format(
+        "\nGreedy continuation of \"{}\" after {} tokens of other text ({} tokens; shared prefix with fp32 in tokens; in low bits: "
+        "the cache when generation starts):\n\n| recipe | in low bits | shared | text |\n|---|---|---|---|\n",
+        cell_text(req.prompt), r.generate_context, req.generate);
     for (const GreedyRow& g : r.greedy) {
-      std::string t;
-      for (char c : g.text) t += c == '\n' ? std::string("⏎") : c == '|' ? std::string("\\|") : std::string(1, c);
-      md += fmt::format("| {} | {} | {} |\n", eval_label(g.recipe, g.gpu), g.shared_prefix, t);
+      const bool fp = g.recipe.rfind("full precision", 0) == 0 || g.recipe == "fp16";
+      md += fmt::format("| {} | {} | {} | {} |\n", eval_label(g.recipe, g.gpu), share_text(g.quantized, !fp), g.shared_prefix,
+                        cell_text(g.text));
     }
+  }
+  if (!r.warnings.empty()) {
+    md += "\nWarnings:\n\n";
+    for (const std::string& w : r.warnings) md += "- " + w + "\n";
   }
   return md;
 }
 
 std::string eval_csv(const EvalResult& r) {
-  std::string s = "recipe,bits,eff_bits,eff_bits_128k,loss,ppl,dloss,kl,top1,device\n";
+  std::string s =
+      "recipe,bits,quantized_share,eff_bits,eff_bits_budget,eff_bits_128k,loss,ppl,dloss,dloss_lo,dloss_hi,kl,kl_lo,kl_hi,top1,top1_lo,"
+      "top1_hi,ranked,vs_pick_lo,vs_pick_hi,device\n";
+  auto num = [](double v) { return std::isnan(v) ? std::string() : fmt::format("{:.6g}", v); };
   for (const EvalRow& x : r.rows)
-    s += fmt::format("{},{},{:.4f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6g},{:.6f},{}\n", x.recipe, x.bits, x.eff_bits, x.eff_bits_128k, x.loss,
-                     x.ppl, x.dloss, x.kl, x.top1, x.gpu ? "gpu" : "cpu");
+    s += fmt::format("{},{},{},{:.4f},{:.4f},{:.4f},{:.6f},{:.6f},{:.6f},{},{},{:.6g},{},{},{:.6f},{},{},{},{},{},{}\n", x.recipe, x.bits,
+                     x.quantizes ? fmt::format("{:.4f}", x.quantized) : std::string(), x.eff_bits, x.eff_bits_budget, x.eff_bits_128k,
+                     x.loss, x.ppl, x.dloss, num(x.dloss_ci.lo), num(x.dloss_ci.hi), x.kl, num(x.kl_ci.lo), num(x.kl_ci.hi), x.top1,
+                     num(x.top1_ci.lo), num(x.top1_ci.hi), x.ranked ? 1 : 0, num(x.vs_best.lo), num(x.vs_best.hi), x.gpu ? "gpu" : "cpu");
   return s;
 }
 
 std::string recall_csv(const EvalResult& r) {
-  std::string s = "recipe,distance,repeat_loss,first_loss,device\n";
+  std::string s = "recipe,distance,repeat_loss,first_loss,quantized_share,device\n";
   for (const RecallRow& x : r.recall)
-    s += fmt::format("{},{},{:.6f},{:.6f},{}\n", x.recipe, x.distance, x.repeat_loss, x.first_loss, x.gpu ? "gpu" : "cpu");
+    s += fmt::format("{},{},{:.6f},{:.6f},{:.4f},{}\n", x.recipe, x.distance, x.repeat_loss, x.first_loss, x.quantized, x.gpu ? "gpu" : "cpu");
   return s;
+}
+
+std::string eval_json(const EvalRequest& req, const EvalResult& r) {
+  using nlohmann::json;
+  auto num = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+  json j;
+  j["tool"] = "oscar-eval";
+  j["version"] = version();
+  j["date"] = utc_now();
+  j["model"] = r.model_name;
+  j["passage"] = r.passage;
+  j["predictions"] = r.tokens - 1;
+  j["budget"] = {{"bits", req.budget.bits}, {"context", req.budget.context}};
+  j["metric"] = req.metric;
+  j["intervals"] = "95%, circular block bootstrap over predicted positions, blocks of 32, 2000 replicates";
+  for (const EvalRow& x : r.rows)
+    j["rows"].push_back({{"recipe", x.recipe},
+                         {"bits", x.bits},
+                         {"device", x.gpu ? "gpu" : "cpu"},
+                         {"quantized_share", x.quantizes ? num(x.quantized) : json(nullptr)},
+                         {"eff_bits", {{"passage", x.eff_bits}, {"budget_context", x.eff_bits_budget}, {"128k", x.eff_bits_128k}}},
+                         {"loss", x.loss},
+                         {"perplexity", x.ppl},
+                         {"dloss", {{"mean", x.dloss}, {"lo", num(x.dloss_ci.lo)}, {"hi", num(x.dloss_ci.hi)}}},
+                         {"kl", {{"mean", x.kl}, {"lo", num(x.kl_ci.lo)}, {"hi", num(x.kl_ci.hi)}}},
+                         {"top1", {{"mean", x.top1}, {"lo", num(x.top1_ci.lo)}, {"hi", num(x.top1_ci.hi)}}},
+                         {"ranked", x.ranked},
+                         {"vs_pick", {{"lo", num(x.vs_best.lo)}, {"hi", num(x.vs_best.hi)}, {"tied", x.tied_with_best}}}});
+  for (const RecallRow& x : r.recall)
+    j["recall"].push_back({{"recipe", x.recipe}, {"distance", x.distance}, {"repeat_loss", x.repeat_loss}, {"first_loss", x.first_loss},
+                           {"quantized_share", x.quantized}});
+  for (const GreedyRow& g : r.greedy)
+    j["greedy"].push_back({{"recipe", g.recipe}, {"shared_prefix", g.shared_prefix}, {"generated", g.generated}, {"text", g.text},
+                           {"quantized_share", g.quantized}});
+  const Verdict& v = r.verdict;
+  j["verdict"] = {{"found", v.found},
+                  {"pick", v.found ? json(v.best) : json(nullptr)},
+                  {"value", v.found ? num(v.best_value) : json(nullptr)},
+                  {"runner_up", v.runner_up.empty() ? json(nullptr) : json(v.runner_up)},
+                  {"margin_lo", v.runner_up.empty() ? json(nullptr) : num(v.margin_ci.lo)},
+                  {"margin_hi", v.runner_up.empty() ? json(nullptr) : num(v.margin_ci.hi)},
+                  {"significant", v.significant},
+                  {"over_budget", v.over_budget},
+                  {"mostly_full_precision", v.mostly_full_precision},
+                  {"text", verdict_text(v, req.budget, r.metric)}};
+  j["warnings"] = r.warnings;
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 void check_output_folder(const std::string& dir) {
@@ -98,10 +217,11 @@ void write_eval_outputs(const EvalRequest& req, const EvalResult& r, const std::
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) fail("{}: cannot create the output folder ({}); choose another --out", out_dir, ec.message());
-  AtomicOutput csv(fs::path(out_dir) / "eval.csv"), md(fs::path(out_dir) / "eval.md");
+  AtomicOutput csv(fs::path(out_dir) / "eval.csv"), md(fs::path(out_dir) / "eval.md"), js(fs::path(out_dir) / "eval.json");
   auto put = [](AtomicOutput& o, const std::string& text) { o.write(text); };  // errors name the file and the reason
   put(csv, eval_csv(r));
   put(md, eval_markdown(req, r));
+  put(js, eval_json(req, r));
   std::unique_ptr<AtomicOutput> rcsv, rpng;
   if (!r.recall.empty()) {
     rcsv = std::make_unique<AtomicOutput>(fs::path(out_dir) / "recall.csv");
@@ -112,6 +232,7 @@ void write_eval_outputs(const EvalRequest& req, const EvalResult& r, const std::
   }
   csv.commit();
   md.commit();
+  js.commit();
   if (rcsv) rcsv->commit(), rpng->commit();
 }
 

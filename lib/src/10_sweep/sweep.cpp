@@ -11,11 +11,16 @@
 #include <mutex>
 #include <set>
 
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "oscar/06_quantize/cache_policy.h"
 #include "oscar/06_quantize/cache_sim.h"
 #include "oscar/03_dump/dump.h"
 #include "oscar/03_dump/layer_source.h"
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
+#include "oscar/01_core/version.h"
 #include "oscar/11_report/plotting.h"
 #include "oscar/01_core/progress.h"
 #include "oscar/05_rotate/rotation.h"
@@ -113,11 +118,13 @@ SweepConfig load_sweep_config(const std::string& path) {
   if (!n["recipes"].IsSequence() || n["recipes"].size() == 0) fail("{}: 'recipes:' must list at least one recipe", line_of(n["recipes"], path));
   for (const auto& r : n["recipes"]) {
     if (r.IsScalar()) {
-      c.recipes.push_back(load_preset(r.as<std::string>()));
+      try {
+        c.recipes.push_back(load_preset(r.Scalar()));
+      } catch (const Error& e) {
+        fail("{}: {}", line_of(r, path), e.what());
+      }
     } else {
-      RecipeFile base;
-      if (r.IsMap() && r["preset"]) base = load_preset(r["preset"].as<std::string>());
-      c.recipes.push_back(parse_recipe(r, path, base));
+      c.recipes.push_back(parse_recipe_entry(r, path));
     }
     // The widths asked of this recipe: its own `bits:` in the entry, else the config's, else the preset's.
     if (!c.bits.empty() && !(r.IsMap() && r["bits"])) c.recipes.back().bits = c.bits;
@@ -126,6 +133,13 @@ SweepConfig load_sweep_config(const std::string& path) {
   for (const auto& r : c.recipes)
     if (!names.insert(r.recipe.name).second) fail("{}: two recipes are named '{}'; give one a distinct name:", path, r.recipe.name);
   return c;
+}
+
+VerdictMetric sweep_metric(const std::string& name) {
+  if (name == "kl") return {"kl", "attention KL(full ‖ quantized)", false, "(layer, KV head) rows", 1};
+  if (name == "output-error") return {"output-error", "attention-output relative error", false, "(layer, KV head) rows", 1};
+  if (name == "dloss") fail("--metric dloss is oscar-eval's (loss of a model decoding from the cache); oscar-sweep ranks by kl or output-error");
+  fail("--metric '{}' is unknown; use kl (attention distributions) or output-error (attention output)", name);
 }
 
 std::string widths_text(int key_bits, int value_bits) {
@@ -178,6 +192,7 @@ int aggregate(SweepSummary& s, const std::vector<const SweepRow*>& rows) {
 
 SweepResult run_sweep(const SweepConfig& cfg, bool progress) {
   SweepResult res;
+  res.metric = sweep_metric(cfg.metric);
   // Open and validate every input, and resolve every recipe at every width for every dump, before any
   // computation: a width a recipe cannot take stops the run here, naming both.
   std::vector<std::unique_ptr<DumpReader>> readers;
@@ -277,6 +292,12 @@ SweepResult run_sweep(const SweepConfig& cfg, bool progress) {
       if (first_undefined.empty())
         first_undefined = fmt::format("first: dump {} layer {} KV head {} recipe {}", x.dump, x.layer, x.kv_head, x.recipe);
     }
+    struct LowShare {
+      std::string windows;
+      std::vector<std::string> recipes;
+      long needed;
+    };
+    std::vector<LowShare> low;
     for (const Job& j : jobs) {
       SweepSummary s;
       s.dump = sd.name;
@@ -289,6 +310,13 @@ SweepResult run_sweep(const SweepConfig& cfg, bool progress) {
       s.queries = static_cast<int>(std::min<long>(cfg.queries, I.token_count));
       s.bits_at_dump = effective_bits(j.recipe, I.token_count, I.head_dim, I.n_kv_heads).total();
       s.bits_32k = effective_bits(j.recipe, 32768, I.head_dim, I.n_kv_heads).total();
+      s.bits_budget = effective_bits(j.recipe, cfg.budget.context, I.head_dim, I.n_kv_heads).total();
+      s.quantizes = j.recipe.key.quantized() || j.recipe.value.quantized();
+      if (s.quantizes) {
+        for (int l = 0; l < I.n_layers; ++l)
+          s.quantized_share += attended_quantized_share(j.recipe, I.token_count, s.queries, I.attention(l).sliding_window);
+        s.quantized_share /= I.n_layers;
+      }
       const EffectiveBits e128 = effective_bits(j.recipe, 131072, I.head_dim, I.n_kv_heads);
       s.bits_128k = e128.total();
       s.key_bits_128k = e128.key;
@@ -297,8 +325,38 @@ SweepResult run_sweep(const SweepConfig& cfg, bool progress) {
       for (size_t i = first_row; i < res.rows.size(); ++i)
         if (res.rows[i].recipe == j.recipe.name) mine.push_back(&res.rows[i]);
       s.undefined = aggregate(s, mine);
+      if (s.quantizes && s.quantized_share < kMinQuantizedShare) {  // grouped by windows, one warning per dump below
+        const std::string w = windows_text(j.recipe);
+        auto it = std::find_if(low.begin(), low.end(), [&](const LowShare& x) { return x.windows == w; });
+        if (it == low.end())
+          it = low.insert(low.end(), {w, {}, std::max<long>(tokens_for_quantized_share(j.recipe, kMinQuantizedShare, 1L << 24),
+                                                            I.token_count + 1)});
+        it->recipes.push_back(s.recipe);
+      }
       res.summary.push_back(s);
     }
+    if (!low.empty()) {
+      std::string list;
+      for (const LowShare& x : low)
+        list += fmt::format("{}{} ({} in full precision: {} tokens or more)", list.empty() ? "" : "; ", fmt::join(x.recipes, ", "),
+                            x.windows, x.needed);
+      res.warnings.push_back(fmt::format("dump '{}' ({} tokens): these rows keep most of what the queries read in their full-precision "
+                                         "windows, measure full precision rather than their quantizer, and are not ranked: {}",
+                                         sd.name, I.token_count, list));
+      fmt::print(stderr, "warning: {}\n", res.warnings.back());
+    }
+    // The verdict of this dump: paired over its (layer, KV head) rows.
+    std::vector<VerdictCandidate> cands;
+    std::vector<SweepSummary*> mine_s;
+    for (SweepSummary& s : res.summary)
+      if (s.dump == sd.name && s.quantizes) {
+        VerdictCandidate c{s.recipe, s.bits_budget, s.quantized_share, {}};
+        for (size_t i = first_row; i < res.rows.size(); ++i)
+          if (res.rows[i].recipe == s.recipe) c.units.push_back(cfg.metric == "kl" ? res.rows[i].f.kl : res.rows[i].f.out_rel_err);
+        cands.push_back(std::move(c));
+        s.ranked = s.bits_budget <= cfg.budget.bits + 1e-9 && s.quantized_share >= kMinQuantizedShare;
+      }
+    res.verdicts.emplace_back(sd.name, pick_recipe(cands, cfg.budget, res.metric));
   }
   if (undefined_values > 0) {
     res.warnings.push_back(fmt::format(
@@ -310,6 +368,21 @@ SweepResult run_sweep(const SweepConfig& cfg, bool progress) {
   return res;
 }
 
+namespace {
+
+const Verdict* verdict_of(const SweepResult& r, const std::string& dump) {
+  for (const auto& [d, v] : r.verdicts)
+    if (d == dump) return &v;
+  return nullptr;
+}
+
+std::string share_cell(const SweepSummary& s) {
+  if (!s.quantizes) return "-";
+  return fmt::format("{}{:.0f}%", s.quantized_share < kMinQuantizedShare ? "⚠ " : "", 100 * s.quantized_share);
+}
+
+}  // namespace
+
 std::string summary_markdown(const SweepConfig& cfg, const SweepResult& r) {
   std::string md;
   for (const auto& d : cfg.dumps) {
@@ -318,21 +391,90 @@ std::string summary_markdown(const SweepConfig& cfg, const SweepResult& r) {
       if (s.dump == d.name) queries = s.queries;
     md += fmt::format("\n**{}** (`{}`, {} queries; mean over layers and KV heads, worst in brackets)\n\n", d.name,
                       fs::path(d.path).filename().string(), queries);
-    md += "| recipe | bits | eff. bits (dump / 32K / 128K) | K rel. MSE | V rel. MSE | logit rel. MSE | attn KL | out rel. err | top-8 overlap |\n";
-    md += "|---|---|---|---|---|---|---|---|---|\n";
+    if (const Verdict* v = verdict_of(r, d.name)) md += verdict_text(*v, cfg.budget, r.metric) + "\n\n";
+    md += fmt::format(
+        "| recipe | bits | in low bits | eff. bits (dump / {} / 128K) | K rel. MSE | V rel. MSE | logit rel. MSE | attn KL | out rel. err | "
+        "top-8 overlap |\n",
+        context_text(cfg.budget.context));
+    md += "|---|---|---|---|---|---|---|---|---|---|\n";
+    bool any_low = false;
     for (const SweepSummary& s : r.summary) {
       if (s.dump != d.name) continue;
+      any_low = any_low || (s.quantizes && s.quantized_share < kMinQuantizedShare);
       const auto m = [](double mean, double worst, const char* spec) {
         return fmt::format("{} ({})", metric_text(mean, spec, false), metric_text(worst, spec, false));
       };
-      md += fmt::format("| {} | {} | {:.2f} / {:.2f} / {:.2f} | {} | {} | {} | {} | {} | {} |\n", s.recipe,
-                        widths_text(s.key_bits, s.value_bits), s.bits_at_dump, s.bits_32k, s.bits_128k,
+      md += fmt::format("| {} | {} | {} | {:.2f} / {:.2f} / {:.2f} | {} | {} | {} | {} | {} | {} |\n", s.recipe,
+                        widths_text(s.key_bits, s.value_bits), share_cell(s), s.bits_at_dump, s.bits_budget, s.bits_128k,
                         m(s.mean.k_rel_mse, s.worst.k_rel_mse, "{:.4f}"), m(s.mean.v_rel_mse, s.worst.v_rel_mse, "{:.4f}"),
                         m(s.mean.logit_rel_mse, s.worst.logit_rel_mse, "{:.4f}"), m(s.mean.kl, s.worst.kl, "{:.4f}"),
                         m(s.mean.out_rel_err, s.worst.out_rel_err, "{:.4f}"), m(s.mean.top8_overlap, s.worst.top8_overlap, "{:.3f}"));
     }
+    md += fmt::format(
+        "\n\"in low bits\": of the keys and values the queries read, the share stored in low bits (the rest is in the recipe's "
+        "full-precision windows at this length){}. The verdict's interval: 95%, bootstrap over the (layer, KV head) rows, paired.\n",
+        any_low ? fmt::format("; ⚠ under {:.0f}%: the row measures mostly full precision and is not ranked", 100 * kMinQuantizedShare)
+                : std::string());
   }
   return md;
+}
+
+std::string summary_terminal(const SweepConfig& cfg, const SweepResult& r) {
+  std::string t;
+  for (const auto& d : cfg.dumps) {
+    t += fmt::format("\n{} (mean over layers and KV heads; full tables in {}/summary.md)\n", d.name, cfg.output);
+    t += fmt::format("  {:<28} {:>5} {:>11} {:>12} {:>8} {:>9} {:>7}\n", "recipe", "bits", "in low bits",
+                     fmt::format("bits @{}", context_text(cfg.budget.context)), "attn KL", "out err", "top-8");
+    for (const SweepSummary& s : r.summary) {
+      if (s.dump != d.name) continue;
+      t += fmt::format("  {:<28} {:>5} {:>11} {:>12.2f} {:>8} {:>9} {:>7}\n", s.recipe, widths_text(s.key_bits, s.value_bits),
+                       share_cell(s), s.bits_budget, metric_text(s.mean.kl, "{:.4f}", false),
+                       metric_text(s.mean.out_rel_err, "{:.4f}", false), metric_text(s.mean.top8_overlap, "{:.3f}", false));
+    }
+    if (const Verdict* v = verdict_of(r, d.name)) t += "  " + verdict_text(*v, cfg.budget, r.metric) + "\n";
+  }
+  return t;
+}
+
+std::string summary_json(const SweepConfig& cfg, const SweepResult& r) {
+  using nlohmann::json;
+  auto num = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
+  json j;
+  j["tool"] = "oscar-sweep";
+  j["version"] = version();
+  j["date"] = utc_now();
+  j["config"] = cfg.file;
+  j["budget"] = {{"bits", cfg.budget.bits}, {"context", cfg.budget.context}};
+  j["metric"] = cfg.metric;
+  j["queries"] = cfg.queries;
+  for (const auto& [dump, v] : r.verdicts)
+    j["verdicts"].push_back({{"dump", dump},
+                             {"found", v.found},
+                             {"pick", v.found ? json(v.best) : json(nullptr)},
+                             {"value", v.found ? num(v.best_value) : json(nullptr)},
+                             {"runner_up", v.runner_up.empty() ? json(nullptr) : json(v.runner_up)},
+                             {"margin_lo", v.runner_up.empty() ? json(nullptr) : num(v.margin_ci.lo)},
+                             {"margin_hi", v.runner_up.empty() ? json(nullptr) : num(v.margin_ci.hi)},
+                             {"significant", v.significant},
+                             {"over_budget", v.over_budget},
+                             {"mostly_full_precision", v.mostly_full_precision},
+                             {"text", verdict_text(v, cfg.budget, r.metric)}});
+  for (const SweepSummary& s : r.summary) {
+    json row = {{"dump", s.dump},
+                {"recipe", s.recipe},
+                {"preset", s.preset},
+                {"bits", widths_text(s.key_bits, s.value_bits)},
+                {"tokens", s.tokens},
+                {"quantized_share", s.quantizes ? num(s.quantized_share) : json(nullptr)},
+                {"ranked", s.ranked},
+                {"eff_bits", {{"dump", s.bits_at_dump}, {"budget_context", s.bits_budget}, {"32k", s.bits_32k}, {"128k", s.bits_128k}}}};
+    for (const auto& [name, f] : {std::pair<const char*, const Fidelity*>{"mean", &s.mean}, {"worst", &s.worst}})
+      row[name] = {{"k_rel_mse", num(f->k_rel_mse)}, {"v_rel_mse", num(f->v_rel_mse)}, {"logit_rel_mse", num(f->logit_rel_mse)},
+                   {"kl", num(f->kl)},               {"out_rel_err", num(f->out_rel_err)}, {"top8_overlap", num(f->top8_overlap)}};
+    j["rows"].push_back(row);
+  }
+  j["warnings"] = r.warnings;
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 void check_sweep_output(const SweepConfig& cfg) {
@@ -348,6 +490,7 @@ void write_sweep_outputs(const SweepConfig& cfg, const SweepResult& r) {
   AtomicOutput& layers = set.add(fs::path(cfg.output) / "layers.csv");
   AtomicOutput& summary = set.add(fs::path(cfg.output) / "summary.csv");
   AtomicOutput& md = set.add(fs::path(cfg.output) / "summary.md");
+  AtomicOutput& js = set.add(fs::path(cfg.output) / "summary.json");
   AtomicOutput& png = set.add(fs::path(cfg.output) / "pareto.png");
   {
     std::string f = "dump,recipe,bits,layer,kv_head,k_rel_mse,v_rel_mse,logit_rel_mse,kl,out_rel_err,top8_overlap\n";
@@ -360,21 +503,23 @@ void write_sweep_outputs(const SweepConfig& cfg, const SweepResult& r) {
   }
   {
     std::string f =
-        "dump,recipe,preset,bits,tokens,eff_bits_dump,eff_bits_32k,eff_bits_128k,key_bits_128k,value_bits_128k,"
-        "k_rel_mse,v_rel_mse,logit_rel_mse,kl,out_rel_err,top8_overlap,"
+        "dump,recipe,preset,bits,tokens,quantized_share,ranked,eff_bits_dump,eff_bits_32k,eff_bits_128k,eff_bits_budget,key_bits_128k,"
+        "value_bits_128k,k_rel_mse,v_rel_mse,logit_rel_mse,kl,out_rel_err,top8_overlap,"
         "worst_k_rel_mse,worst_v_rel_mse,worst_logit_rel_mse,worst_kl,worst_out_rel_err,worst_top8_overlap\n";
     for (const SweepSummary& s : r.summary) {
       std::string metrics;
       for (const Fidelity* x : {&s.mean, &s.worst})
         for (double v : {x->k_rel_mse, x->v_rel_mse, x->logit_rel_mse, x->kl, x->out_rel_err, x->top8_overlap})
           metrics += "," + metric_text(v, "{:.6g}", true);
-      f += fmt::format("{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}{}\n", s.dump, s.recipe, s.preset,
-                       widths_text(s.key_bits, s.value_bits), s.tokens, s.bits_at_dump, s.bits_32k, s.bits_128k, s.key_bits_128k,
-                       s.value_bits_128k, metrics);
+      f += fmt::format("{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}{}\n", s.dump, s.recipe, s.preset,
+                       widths_text(s.key_bits, s.value_bits), s.tokens, s.quantizes ? fmt::format("{:.4f}", s.quantized_share) : "",
+                       s.ranked ? 1 : 0, s.bits_at_dump, s.bits_32k, s.bits_128k, s.bits_budget, s.key_bits_128k, s.value_bits_128k,
+                       metrics);
     }
     summary.write(f);
   }
   md.write("<!-- oscar-sweep " + cfg.file + " -->\n" + summary_markdown(cfg, r));
+  js.write(summary_json(cfg, r));
   run_python(plots_script("pareto.py"), {summary.temp_path().string(), png.temp_path().string(), cfg.title},
              png.final_path().string());
   set.commit();

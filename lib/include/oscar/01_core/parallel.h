@@ -19,5 +19,7 @@ namespace oscar {
 void parallel_chunks(int64_t n, const std::function<void(int64_t)>& fn);
 // Threads a loop may use (the caller included).
 int parallel_threads();
+// Every tool's --threads N: the threads of OpenMP regions and of parallel_chunks (call before the first loop).
+void set_threads(int n);
 
 }  // namespace oscar

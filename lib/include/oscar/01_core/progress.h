@@ -11,6 +11,9 @@ class Progress {
   ~Progress();
   void advance(long n = 1);
   void done();
+  // Prints one line on stderr (a warning) without breaking the bar: on a terminal the bar is cleared, the line
+  // printed, and the bar redrawn below it. Printed even when the bar is off.
+  void pause_line(const std::string& line);
 
  private:
   void draw(bool final);

@@ -4,6 +4,8 @@
 // body [sink, body_end) quantized; [body_end, T) in window dtype (the recent window, the unfilled residual
 // block, and any partial per-channel group).
 #pragma once
+#include <string>
+
 #include "oscar/06_quantize/recipe.h"
 
 namespace oscar {
@@ -22,6 +24,24 @@ struct KvSegments {
 };
 // The segments of keys and values after `tokens` tokens (a tensor kept in fp16 has no window and no body).
 KvSegments cache_segments(const Recipe& r, long tokens);
+
+// How much of what attention reads is stored in low bits: the share of body tokens, mean over keys and values
+// (a tensor kept in fp16 counts 0). A recipe whose windows hold most of a short passage evaluates full precision,
+// not its quantizer: the tables mark rows under kMinQuantizedShare and never rank them as low-bit results.
+inline constexpr double kMinQuantizedShare = 0.5;
+// In a cache of `tokens` tokens.
+double quantized_share(const Recipe& r, long tokens);
+// Over the attention of the last `n_queries` positions of a T-token cache in its state after T tokens (oscar-sweep): a
+// query at position p reads keys [first, p] (first = 0, or p - window + 1 with a sliding window); the share of those
+// in the body, mean over the queries.
+double attended_quantized_share(const Recipe& r, long T, int n_queries, long sliding_window);
+// Over decoding T tokens one at a time (oscar-eval): the prediction from position i reads the cache of i + 1 tokens;
+// quantized_share of that cache, mean over the T - 1 predictions.
+double decoding_quantized_share(const Recipe& r, long T);
+// The fewest tokens at which quantized_share(r, tokens) reaches `target` (0 when no length up to `limit` does).
+long tokens_for_quantized_share(const Recipe& r, double target, long limit);
+// "sink 64 + recent 256" / "K residual 128, V recent 128": the recipe's full-precision windows, for messages.
+std::string windows_text(const Recipe& r);
 
 // Bits per element of K and V together, per KV head and token: codes, scales, zero points, key norms
 // (shared by the n_kv_heads of a layer) and full-precision windows, at `tokens` cached tokens; `group: head`

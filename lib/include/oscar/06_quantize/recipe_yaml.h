@@ -38,7 +38,9 @@ Recipe resolve_recipe(const RecipeFile& rf, RecipeWidths w, int head_dim);
 
 // Applies the fields present in `node` on top of `base` (so a sweep entry can override a preset).
 RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeFile base = {});
+// A recipe file, or a sweep's recipe entry: `preset: NAME` starts from that preset and the other fields override it.
 RecipeFile load_recipe_file(const std::string& path);
+RecipeFile parse_recipe_entry(const YAML::Node& node, const std::string& file);
 // Preset NAME: experiments/presets/NAME.yaml as embedded at build time, or NAME.yaml in the folder that the
 // environment variable OSCAR_PRESETS_DIR names (which then replaces the built-in set); lists the presets
 // on failure.

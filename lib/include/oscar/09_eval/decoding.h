@@ -17,16 +17,17 @@ MatrixRM decode_teacher_forced(const Model& m, KvCache& cache, std::span<const i
 // until the cache reaches the model's context; returns the generated ids (the prompt excluded).
 std::vector<int> decode_greedy(const Model& m, KvCache& cache, std::span<const int> prompt, int n);
 
-// The recall test's sequence: start, A, newline, filler[0 .. distance-2), newline, A. `start` is BOS, or
-// for a model that reads no BOS (SmolLM2) the newline token, so that both copies of A start a line and the
-// first one's first token is predicted too; `filler` is text that can follow a line break (a passage from
-// LoadedModel::passage_body_start() on). `first` and `repeat` are the positions of A's first token in each
-// copy, repeat - first = span + distance. Needs distance >= 2 and filler.size() >= distance-2; throws Error
-// otherwise.
+// The recall test's sequence: start, [filler[0 .. lead), newline,] A, newline, filler[lead .. lead + distance - 2),
+// newline, A. `start` is BOS, or for a model that reads no BOS (SmolLM2) the newline token, so that both copies of A
+// start a line and the first one's first token is predicted too; `filler` is text that can follow a line break (a
+// passage from LoadedModel::passage_body_start() on). The lead (0: none) puts A past a cache's attention sink; the
+// distance puts its first copy out of a recent window by the time it is read again. `first` and `repeat` are the
+// positions of A's first token in each copy, repeat - first = span + distance. Needs distance >= 2 and
+// filler.size() >= lead + distance - 2; throws Error otherwise.
 struct RecallSequence {
   std::vector<int> tokens;
   int first = 0, repeat = 0, span = 0;
 };
-RecallSequence recall_sequence(std::span<const int> a, int newline, std::span<const int> filler, int distance, int start);
+RecallSequence recall_sequence(std::span<const int> a, int newline, std::span<const int> filler, int lead, int distance, int start);
 
 }  // namespace oscar

@@ -4,7 +4,9 @@
 #include <string>
 #include <vector>
 
+#include "oscar/01_core/stats.h"
 #include "oscar/06_quantize/recipe_yaml.h"
+#include "oscar/11_report/verdict.h"
 
 namespace oscar {
 
@@ -22,7 +24,10 @@ struct EvalRequest {
   int recall_span = 64;                // --recall-span: tokens of the repeated passage
   std::string prompt;                  // --prompt: greedy generation (needs generate > 0)
   int generate = 0;                    // --generate
+  int generate_context = -1;           // --generate-context: tokens of other text before the prompt (-1: enough for every recipe)
   std::string out;                     // --out: checked before any work when set (written by write_eval_outputs)
+  Budget budget;                       // --budget BITS[@CONTEXT]: the verdict's bit budget
+  std::string metric = "kl";           // --metric kl | dloss: the verdict's metric
   bool progress = true;
   bool gpu = false;  // --gpu: quantized recipes attend through the CUDA kernels (GpuKvCache)
   bool clamp_groups = false;  // --clamp-groups: per-token groups wider than the model's head_dim become head_dim
@@ -31,19 +36,31 @@ struct EvalRequest {
 struct EvalRow {
   std::string recipe;
   int bits = 0;
-  double loss = 0, ppl = 0, dloss = 0, kl = 0, top1 = 0, eff_bits = 0, eff_bits_128k = 0;
+  double loss = 0, ppl = 0, dloss = 0, kl = 0, top1 = 0, eff_bits = 0, eff_bits_128k = 0, eff_bits_budget = 0;
+  // The share of what the predictions' attention read that was in low bits (decoding_quantized_share); 0 for fp16.
+  double quantized = 0;
+  bool quantizes = false;  // the recipe quantizes at all (not fp16)
+  Interval dloss_ci{NAN, NAN}, kl_ci{NAN, NAN}, top1_ci{NAN, NAN};  // 95%, block bootstrap over predicted positions
+  std::vector<double> dloss_pos, kl_pos, top1_pos;  // per predicted position (top1: 1 when the argmax agrees)
+  // Against the verdict's pick, by its metric (ranked rows only): the paired difference's 95% interval, and whether
+  // it includes 0 (the two cannot be told apart on this passage).
+  bool ranked = false;
+  Interval vs_best{NAN, NAN};
+  bool tied_with_best = false;
   bool gpu = false;  // attended on the GPU
 };
 struct RecallRow {
   std::string recipe;
   int distance = 0;
   double repeat_loss = 0, first_loss = 0;  // mean loss on the repeat, and on the first occurrence
+  double quantized = 0;  // share of the first occurrence's K and V tokens in low bits while the repeat is read
   bool gpu = false;
 };
 struct GreedyRow {
   std::string recipe, text;
   int shared_prefix = 0;  // tokens equal to full precision's before the first divergence
   int generated = 0;
+  double quantized = 0;   // share of the cache in low bits when generation starts
   bool gpu = false;
 };
 
@@ -53,6 +70,14 @@ struct EvalResult {
   std::vector<EvalRow> rows;
   std::vector<RecallRow> recall;
   std::vector<GreedyRow> greedy;
+  int recall_lead = 0;       // tokens of other text before the recalled passage (past every recipe's sink)
+  int generate_context = 0;  // tokens of other text before the greedy prompt
+  Verdict verdict;
+  VerdictMetric metric;
+  std::vector<std::string> warnings;  // printed once each to stderr, kept in the outputs
 };
+
+// The verdict metrics oscar-eval takes (--metric): kl, dloss.
+VerdictMetric eval_metric(const std::string& name);
 
 }  // namespace oscar

@@ -12,11 +12,14 @@ std::string eval_label(const std::string& recipe, bool gpu);
 std::string eval_markdown(const EvalRequest& req, const EvalResult& r);
 std::string eval_csv(const EvalResult& r);    // eval.csv
 std::string recall_csv(const EvalResult& r);  // recall.csv
+// eval.json: the version and date of the run, the request's budget and metric, every row with its intervals, the
+// recall and greedy rows, the verdict and the warnings.
+std::string eval_json(const EvalRequest& req, const EvalResult& r);
 
 // Throws Error naming `dir` unless it is a writable folder or can be created (its nearest existing
 // ancestor is a writable folder). Creates nothing.
 void check_output_folder(const std::string& dir);
-// OUT/eval.csv, eval.md, recall.csv, recall.png (when a recall test ran); all or nothing.
+// OUT/eval.csv, eval.md, eval.json, recall.csv, recall.png (when a recall test ran); all or nothing.
 void write_eval_outputs(const EvalRequest& req, const EvalResult& r, const std::string& out_dir);
 
 }  // namespace oscar

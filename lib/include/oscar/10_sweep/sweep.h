@@ -8,6 +8,7 @@
 
 #include "oscar/07_metrics/fidelity.h"
 #include "oscar/06_quantize/recipe_yaml.h"
+#include "oscar/11_report/verdict.h"
 
 namespace oscar {
 
@@ -25,7 +26,12 @@ struct SweepConfig {
   int queries = 256;
   std::string output;     // folder
   std::string title;
+  Budget budget;             // --budget: the verdict's bit budget
+  std::string metric = "kl"; // --metric kl | output-error: the verdict's metric
 };
+
+// The verdict metrics oscar-sweep takes (--metric): kl (attention distributions), output-error (attention output).
+VerdictMetric sweep_metric(const std::string& name);
 
 // Each recipe's widths: its own `bits:` in the config entry, else the config's `bits:`, else the preset's.
 SweepConfig load_sweep_config(const std::string& path);
@@ -41,7 +47,12 @@ struct SweepSummary {  // one dump x recipe
   std::string dump, recipe, preset;
   int bits = 0, key_bits = 16, value_bits = 16;
   int queries = 0;  // queries per KV head group actually evaluated: min(config queries, dump tokens)
-  double bits_at_dump = 0, bits_32k = 0, bits_128k = 0, key_bits_128k = 0, value_bits_128k = 0;
+  double bits_at_dump = 0, bits_32k = 0, bits_128k = 0, key_bits_128k = 0, value_bits_128k = 0, bits_budget = 0;
+  // Of the keys the queries read, the share in low bits (attended_quantized_share with each layer's window, mean over
+  // the layers); 0 for a recipe that quantizes nothing.
+  double quantized_share = 0;
+  bool quantizes = false;
+  bool ranked = false;  // a candidate of the verdict: in the budget and mostly in low bits
   long tokens = 0;
   // Over the (layer, KV head) rows where a metric is defined; NaN when it is defined in none.
   Fidelity mean, worst;  // worst: max of errors, min of top-8 overlap
@@ -51,6 +62,8 @@ struct SweepSummary {  // one dump x recipe
 struct SweepResult {
   std::vector<SweepRow> rows;
   std::vector<SweepSummary> summary;
+  std::vector<std::pair<std::string, Verdict>> verdicts;  // per dump (its name), in the config's order
+  VerdictMetric metric;
   std::vector<std::string> warnings;  // also printed to stderr as they arise ("warning: ...")
 };
 
@@ -66,5 +79,9 @@ void check_sweep_output(const SweepConfig& cfg);
 // together; older files under those names are kept on any failure).
 void write_sweep_outputs(const SweepConfig& cfg, const SweepResult& r);
 std::string summary_markdown(const SweepConfig& cfg, const SweepResult& r);
+// What the tool prints: each dump's verdict and a compact table (the full tables are in the outputs).
+std::string summary_terminal(const SweepConfig& cfg, const SweepResult& r);
+// summary.json: version, date, budget and metric, each dump's verdict and every summary row.
+std::string summary_json(const SweepConfig& cfg, const SweepResult& r);
 
 }  // namespace oscar
