@@ -28,6 +28,7 @@ def main():
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6, 0.32 * len(layers) + 3), 6.5), sharex=True)
     top.bar(layers, [num(r, "attention_mean") for r in rows], color="tab:blue", label="mean over query heads")
     top.plot(layers, [num(r, "attention_max_head") for r in rows], "k_", markersize=10, label="most sink-bound head")
+    top.axhline(0.2, color="grey", lw=0.8, ls="--", label="sink layer: 0.2 or more (oscar-analyze's reading)")
     top.set_ylim(0, 1.05); top.set_ylabel("attention on position 0")
     top.set_title(f"{model}: attention sink per layer (last {rows[0]['queries']} queries)")
     top.legend(fontsize=8)
@@ -39,6 +40,9 @@ def main():
         bottom.plot(x, mean, "o", color=color, markersize=4, label=f"{key}: mean over KV heads (line to the min head)")
     bottom.axhline(1.0, color="grey", lw=0.6, ls=":")
     bottom.set_yscale("log"); bottom.set_ylabel("position 0 norm / median norm")
+    lo, hi = bottom.get_ylim()
+    ticks = [t for t in (0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5) if lo <= t <= hi]
+    bottom.set_yticks(ticks); bottom.set_yticklabels([f"{t:g}" for t in ticks]); bottom.minorticks_off()
     bottom.set_xlabel("layer"); bottom.legend(fontsize=8)
     fig.tight_layout(); fig.savefig(png, dpi=110, format="png"); plt.close(fig)
 

@@ -3,11 +3,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
+#include "oscar/01_core/printable.h"
+#include "oscar/01_core/stats.h"
 #include "oscar/01_core/interrupts.h"
 #include "oscar/11_report/plotting.h"
 #include "oscar/01_core/progress.h"
@@ -62,11 +65,6 @@ int TniReport::undefined_tni() const {
 }
 
 namespace {
-std::string shorten(std::string s, size_t n) {
-  if (s.size() > n) s = s.substr(0, n - 1) + "~";
-  return s;
-}
-
 // A number for the terminal table: "undefined" for NaN, padded to `width`.
 std::string num(double v, int width, int prec) {
   if (std::isnan(v)) return fmt::format("{:>{}}", "undefined", width);
@@ -77,49 +75,153 @@ std::string num(double v, int width, int prec) {
 std::string csv(double v) { return std::isnan(v) ? std::string() : fmt::format("{:.6g}", v); }
 }  // namespace
 
-void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers) {
+namespace {
+
+// Worst (largest) defined value over the layer's rows of one tensor.
+struct LayerWorst {
+  double k_tni = NAN, k_chan = NAN, v_tni = NAN, v_chan = NAN;
+};
+std::vector<LayerWorst> layer_worst(const TniReport& r) {
+  std::vector<LayerWorst> w(static_cast<size_t>(r.info.n_layers));
+  const auto worse = [](double acc, double x) { return std::isnan(x) ? acc : std::isnan(acc) ? x : std::max(acc, x); };
+  for (const TniRow& row : r.rows) {
+    LayerWorst& x = w[static_cast<size_t>(row.layer)];
+    if (row.tensor == "k") x.k_tni = worse(x.k_tni, row.stats.norms.tni), x.k_chan = worse(x.k_chan, row.stats.channels.spread);
+    if (row.tensor == "v") x.v_tni = worse(x.v_tni, row.stats.norms.tni), x.v_chan = worse(x.v_chan, row.stats.channels.spread);
+  }
+  return w;
+}
+
+// "12-29" / "3, 5, 12-14": layer numbers as ranges.
+std::string ranges(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    s += (s.empty() ? "" : ", ") + (j > i ? fmt::format("{}-{}", v[i], v[j]) : std::to_string(v[i]));
+    i = j + 1;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> tni_reading(const TniReport& r) {
+  std::vector<std::string> out;
+  const std::vector<LayerWorst> w = layer_worst(r);
+  std::vector<double> kt, vt, kc, vc;
+  for (const LayerWorst& x : w) {
+    if (!std::isnan(x.k_tni)) kt.push_back(x.k_tni);
+    if (!std::isnan(x.v_tni)) vt.push_back(x.v_tni);
+    if (!std::isnan(x.k_chan)) kc.push_back(x.k_chan);
+    if (!std::isnan(x.v_chan)) vc.push_back(x.v_chan);
+  }
+  const auto mx = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+  if (!kt.empty()) {
+    int severe = 0, imbalanced = 0;
+    for (double t : kt) severe += t > kTniSevere ? 1 : 0, imbalanced += t > kTniBalanced && t <= kTniSevere ? 1 : 0;
+    const double worst = mx(kt);
+    out.push_back(fmt::format(
+        "Keys: token norms differ up to {:.1f}x within a head (TNI, median over layers {:.1f}); {} of {} layers severe (over {:g}), "
+        "{} imbalanced ({:g}-{:g}), {} balanced. {}",
+        worst, median(kt), severe, kt.size(), kTniSevere, imbalanced, kTniBalanced, kTniSevere, kt.size() - severe - imbalanced,
+        worst > kTniBalanced
+            ? fmt::format("Per-channel key groups (kivi) share one scale over tokens up to {:.1f}x apart, so the quietest lose "
+                          "precision: scale each token first (oscar-omni's Omni-Token Scaling) or group keys per token (oscar-cov, "
+                          "quarot).",
+                          worst)
+            : std::string("Per-channel key groups lose little to token norms here.")));
+  }
+  if (!vt.empty())
+    out.push_back(fmt::format("Values: TNI up to {:.1f} (median {:.1f}); every preset quantizes values per token, which token norms "
+                              "do not hurt.",
+                              mx(vt), median(vt)));
+  if (!kc.empty() && !vc.empty())
+    out.push_back(fmt::format("Channel outliers: one key channel reaches {:.1f}x the median channel's magnitude (values {:.1f}x): {}",
+                              mx(kc), mx(vc),
+                              mx(kc) > 3 ? "a rotation (Hadamard, covariance) spreads it before per-token groups."
+                                         : "mild; rotations matter less here."));
+  std::vector<int> sink_layers;
+  double top = -1, kmin = INFINITY, kmax = -INFINITY;
+  int top_layer = -1;
+  for (const LayerSinks& l : r.sinks) {
+    if (!(l.attention_mean >= kSinkAttention)) continue;
+    sink_layers.push_back(l.layer);
+    if (l.attention_mean > top) top = l.attention_mean, top_layer = l.layer;
+    if (std::isfinite(l.key_ratio_min)) kmin = std::min(kmin, l.key_ratio_min), kmax = std::max(kmax, l.key_ratio_mean);
+  }
+  if (sink_layers.empty()) {
+    out.push_back(fmt::format("Attention sinks: no layer puts {:g} or more of its attention on position 0.", kSinkAttention));
+  } else {
+    out.push_back(fmt::format(
+        "Attention sinks: layers {} ({} of {}) put {:g} or more of their attention on position 0 (most: layer {}, {:.2f}){}. A "
+        "quantizer must keep it exact: a BF16 sink window (oscar-cov keeps 64 tokens); kivi and oscar-omni quantize it once 128 "
+        "tokens have come.",
+        ranges(sink_layers), sink_layers.size(), r.sinks.size(), kSinkAttention, top_layer, top,
+        std::isfinite(kmin) ? fmt::format("; its key is {:.2f}-{:.2f}x the median key norm there", kmin, kmax) : std::string()));
+  }
+  return out;
+}
+
+void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers, bool per_head) {
   const DumpInfo& I = r.info;
   fmt::print(out, "Token Norm Imbalance: {} ({}; {} layers, {} query / {} KV heads, head_dim {}, {} tokens, {})\n",
-             r.dump_path, I.model_name, I.n_layers, I.n_heads, I.n_kv_heads, I.head_dim, I.token_count, I.storage_dtype);
+             printable(r.dump_path), printable(I.model_name), I.n_layers, I.n_heads, I.n_kv_heads, I.head_dim, I.token_count,
+             I.storage_dtype);
   if (std::isfinite(I.mean_next_token_loss)) fmt::print(out, "passage mean next-token loss: {:.4f} nats\n", I.mean_next_token_loss);
   fmt::print(out,
              "TNI = max/min token L2 norm; chan = max channel absmax / median channel absmax; outliers: |robust z| of "
-             "log-norm > {}; undefined: 0/0 (an all-zero head)\n\n",
+             "log-norm > {}; undefined: 0/0 (an all-zero head)\n",
              r.outlier_z);
-  if (!I.has_pre_rope)
-    fmt::print(out, "no Kpre rows: this dump has no pre-RoPE keys (has_pre_rope = 0, architecture {})\n\n", I.architecture);
-  fmt::print(out, "{:>5} {:>4} {:<5} | {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>6} {:>7} | {:>6} | {:>4}  {}\n", "layer",
-             "head", "x", "min", "p05", "median", "p95", "max", "max/med", "min/med", "CV", "TNI", "chan", "outl",
-             "strongest outliers (pos 'token' norm/median)");
-  for (const TniRow& row : r.rows) {
-    const NormDistribution& d = row.stats.norms;
-    std::string outl;
-    for (int i = 0; i < std::min<int>(max_outliers, static_cast<int>(row.stats.outliers.size())); ++i) {
-      const OutlierToken& o = row.stats.outliers[i];
-      outl += fmt::format("{}{} '{}' {:.2f}", i ? ", " : "", o.position, shorten(r.token_label(o.position), 12), o.ratio);
-    }
-    const std::string name = row.tensor == "k" ? "K" : row.tensor == "k_pre" ? "Kpre" : "V";
-    fmt::print(out, "{:>5} {:>4} {:<5} | {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} | {} {} {} {} | {} | {:>4}  {}\n",
-               row.layer, row.kv_head, name, d.min, d.p05, d.median, d.p95, d.max, num(d.max_over_median, 7, 3),
-               num(d.min_over_median, 7, 3), num(d.cv, 6, 3), num(d.tni, 7, 2), num(row.stats.channels.spread, 6, 2),
-               row.stats.outliers.size(), outl);
-  }
-  // Compact per-layer summary: TNI of K (post-RoPE) and V, worst head among those where it is defined.
-  const int undefined = r.undefined_tni();
-  fmt::print(out, "\nTNI summary (worst KV head per layer{}):\n{:>5} | {:>8} {:>8} | {:>8} {:>8}\n",
-             undefined ? fmt::format("; {} undefined (all-zero) rows left out", undefined) : std::string(), "layer", "K TNI",
-             "K chan", "V TNI", "V chan");
-  const auto worse = [](double acc, double x) { return std::isnan(x) ? acc : std::isnan(acc) ? x : std::max(acc, x); };
-  for (int l = 0; l < I.n_layers; ++l) {
-    double kt = NAN, kc = NAN, vt = NAN, vc = NAN;
+  if (per_head) {
+    if (!I.has_pre_rope)
+      fmt::print(out, "\nno Kpre rows: this dump has no pre-RoPE keys (has_pre_rope = 0, architecture {})\n", printable(I.architecture));
+    fmt::print(out, "\n{:>5} {:>4} {:<5} | {:>8} {:>8} {:>8} {:>8} {:>8} | {:>7} {:>7} {:>6} {:>7} | {:>6} | {:>4}  {}\n", "layer",
+               "head", "x", "min", "p05", "median", "p95", "max", "max/med", "min/med", "CV", "TNI", "chan", "outl",
+               "strongest outliers (pos 'token' norm/median)");
     for (const TniRow& row : r.rows) {
-      if (row.layer != l) continue;
-      if (row.tensor == "k") kt = worse(kt, row.stats.norms.tni), kc = worse(kc, row.stats.channels.spread);
-      if (row.tensor == "v") vt = worse(vt, row.stats.norms.tni), vc = worse(vc, row.stats.channels.spread);
+      const NormDistribution& d = row.stats.norms;
+      std::string outl;
+      for (int i = 0; i < std::min<int>(max_outliers, static_cast<int>(row.stats.outliers.size())); ++i) {
+        const OutlierToken& o = row.stats.outliers[i];
+        outl += fmt::format("{}{} '{}' {:.2f}", i ? ", " : "", o.position, printable_short(r.token_label(o.position), 12), o.ratio);
+      }
+      const std::string name = row.tensor == "k" ? "K" : row.tensor == "k_pre" ? "Kpre" : "V";
+      fmt::print(out, "{:>5} {:>4} {:<5} | {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} {:>8.3f} | {} {} {} {} | {} | {:>4}  {}\n",
+                 row.layer, row.kv_head, name, d.min, d.p05, d.median, d.p95, d.max, num(d.max_over_median, 7, 3),
+                 num(d.min_over_median, 7, 3), num(d.cv, 6, 3), num(d.tni, 7, 2), num(row.stats.channels.spread, 6, 2),
+                 row.stats.outliers.size(), outl);
     }
-    fmt::print(out, "{:>5} | {} {} | {} {}\n", l, num(kt, 8, 2), num(kc, 8, 2), num(vt, 8, 2), num(vc, 8, 2));
   }
-  print_sink_table(r.sinks, out);
+  // The per-layer summary: TNI and channel spread of K (post-RoPE) and V, worst head among those where they are defined;
+  // the attention sink (position 0) of the layer.
+  const int undefined = r.undefined_tni();
+  const bool sinks = r.sinks.size() == static_cast<size_t>(I.n_layers);
+  fmt::print(out,
+             "\nTNI summary (worst KV head per layer{}){}:\n{:>5} | {:>8} {:>8} | {:>8} {:>8}{}\n",
+             undefined ? fmt::format("; {} undefined (all-zero) rows left out", undefined) : std::string(),
+             sinks ? fmt::format("; sink: the attention on position 0, mean over the last {} queries and every query head, and the most "
+                                 "sink-bound head's; pos0 K/V: position 0's norm over the median position's, min over KV heads",
+                                 r.sinks.front().queries)
+                   : std::string(),
+             "layer", "K TNI", "K chan", "V TNI", "V chan", sinks ? fmt::format(" | {:>6} {:>8} | {:>7} {:>7}", "sink", "max head", "pos0 K", "pos0 V") : "");
+  const std::vector<LayerWorst> w = layer_worst(r);
+  for (int l = 0; l < I.n_layers; ++l) {
+    const LayerWorst& x = w[static_cast<size_t>(l)];
+    std::string sink;
+    if (sinks) {
+      const LayerSinks& s = r.sinks[static_cast<size_t>(l)];
+      sink = fmt::format(" | {} {} | {} {}", num(s.attention_mean, 6, 3),
+                         num(s.attention_max_head, 5, 3) + fmt::format(" h{:<2}", s.attention_max_head_index), num(s.key_ratio_min, 7, 3),
+                         num(s.value_ratio_min, 7, 3));
+    }
+    fmt::print(out, "{:>5} | {} {} | {} {}{}\n", l, num(x.k_tni, 8, 2), num(x.k_chan, 8, 2), num(x.v_tni, 8, 2), num(x.v_chan, 8, 2), sink);
+  }
+  const std::vector<std::string> reading = tni_reading(r);
+  if (!reading.empty()) {
+    fmt::print(out, "\nWhat this says (computed from the numbers above; thresholds in README):\n");
+    for (const std::string& line : reading) fmt::print(out, "- {}\n", line);
+  }
 }
 
 namespace {

@@ -38,7 +38,15 @@ struct AnalyzeOptions {
 
 TniReport analyze_dump(const DumpReader& dump, const AnalyzeOptions& opt);
 
-void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers);
+// The reading's thresholds: a layer's worst key TNI up to kTniBalanced is balanced, above kTniSevere severe; a layer that
+// puts kSinkAttention or more of its attention on position 0 is a sink layer.
+inline constexpr double kTniBalanced = 3.0, kTniSevere = 10.0, kSinkAttention = 0.2;
+// A few sentences computed from the report: how hard the keys and values are (TNI classes), channel outliers, which
+// layers are sink layers, and what each means for the recipes.
+std::vector<std::string> tni_reading(const TniReport& r);
+// The terminal report: the per-layer summary (TNI, channel spread and attention sink) and the reading; per_head adds the
+// table of every layer, KV head and tensor (270 rows for SmolLM2) before it.
+void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers, bool per_head = false);
 // The files oscar-analyze writes; an empty name is not written.
 struct TniOutputs {
   std::string csv, json;
