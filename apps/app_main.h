@@ -21,6 +21,7 @@
 #include "oscar/01_core/output_files.h"
 #include "oscar/01_core/parallel.h"
 #include "oscar/01_core/version.h"
+#include "oscar/02_model/passage.h"
 
 namespace oscar {
 
@@ -67,6 +68,29 @@ inline CLI::Validator whole_number_in(long long lo, long long hi) {
       },
       fmt::format("{}..{}", lo, hi), "whole_number_in");
 }
+
+// Validator for a passage length: a whole number of at least 2, or "all".
+inline CLI::Validator tokens_or_all() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s == "all") return {};
+        long long v = 0;
+        const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (r.ec != std::errc() || r.ptr != s.data() + s.size()) return "'" + s + "' is neither a whole number nor all";
+        if (v < 2 || v > (1LL << 30)) return fmt::format("'{}' is out of range (2..{}, or all)", s, 1LL << 30);
+        return {};
+      },
+      "N|all", "tokens_or_all");
+}
+// A whole number given to a string option (one that also takes a word); Error naming the option otherwise.
+inline long parse_long(const char* option, const std::string& s) {
+  long v = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size()) fail("{}: '{}' is not a whole number; see --help", option, s);
+  return v;
+}
+// The value a tokens_or_all() option holds: the number, or kAllTokens.
+inline int parse_tokens(const std::string& s) { return s == "all" ? kAllTokens : std::stoi(s); }
 
 // Added by run_app to every integer option: a value past the range of 64-bit integers is an error (CLI11 2.1
 // would silently clamp it for `long` options).
@@ -157,7 +181,9 @@ int run_app(const char* tool, CLI::App& app, int argc, char** argv, Body body) {
   interrupts::install(tool);
   app.set_version_flag("--version", std::string(tool) + " (oscar-kv) " + version());
   int threads = 0;
-  app.add_option("--threads", threads, "threads to use (default: every core, or OMP_NUM_THREADS)")->check(cli::whole_number_in(1, 4096));
+  app.add_option("--threads", threads, "threads to use (default: every core, or OMP_NUM_THREADS)")
+      ->check(cli::whole_number_in(1, 4096))
+      ->default_str("every core");
   for (CLI::Option* o : app.get_options()) {
     const std::string type = o->get_type_name();
     if (type == "INT" || type == "UINT") o->check(cli::in_range_integer());

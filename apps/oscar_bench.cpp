@@ -6,10 +6,11 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-bench: decode attention (INT2/INT4 oscar-cov and oscar-omni vs BF16) and prefill-quantize throughput"};
+  oscar::cli::show_defaults(app);
   oscar::KernelBenchConfig cfg;
   std::string json;
-  app.add_option("--batch", cfg.batches, "batch sizes");
-  app.add_option("--ctx", cfg.ctxs, "context lengths (tokens)");
+  app.add_option("--batch", cfg.batches, "batch sizes, space-separated (e.g. --batch 1 8 32)");
+  app.add_option("--ctx", cfg.ctxs, "context lengths in tokens, space-separated");
   app.add_option("--q-heads", cfg.q_heads, "query heads");
   app.add_option("--kv-heads", cfg.kv_heads, "KV heads");
   app.add_option("--head-dim", cfg.head_dim, "head_dim (64, 128 or 256; formats without a kernel for it are left out)");

@@ -14,15 +14,27 @@ int main(int argc, char** argv) {
   bool quiet = false;
   app.add_option("--model", r.model, "llama2.c checkpoint, or a GGUF file (FILE.gguf: the tokenizer comes from the file)")->required();
   app.add_option("--tokenizer", r.tokenizer, "the llama2.c checkpoint's tokenizer.bin (not with a GGUF)");
-  app.add_option("--text", r.text, "text, one verse a line (plain or .gz)")->required();
-  app.add_option("--offset", r.offset, "first line of the evaluated passage (negative: from the end)")->default_val(-404);
-  app.add_option("--tokens", r.tokens, "evaluated passage length, BOS included (default: 1024, or the model's context if shorter)");
-  app.add_option("--calib-offset", r.calib_offset, "first line of the calibration passage (and of the recall test's filler)")->default_val(0);
-  app.add_option("--calib-tokens", r.calib_tokens, "calibration passage length (default: 1024, or the model's context if shorter)");
-  app.add_option("--recipes", recipes, "preset names or recipe YAML files")->delimiter(',');
-  app.add_option("--bits", r.bits, "bit widths (fp16 runs once)")->delimiter(',')->default_str("2");
-  auto* recall = app.add_option("--recall", r.recall_distances, "recall-test distances in tokens, e.g. 256,512,1024,1536")->delimiter(',');
-  auto* span = app.add_option("--recall-span", r.recall_span, "tokens of the repeated passage (with --recall)")->default_val(64);
+  app.add_option("--text", r.text, "text, one passage or verse a line (plain or .gz)")->required()->check(oscar::cli::not_a_folder());
+  app.add_option("--offset", r.offset, "first line of the evaluated passage (negative: counted from the end)");
+  std::string tokens = "1024", calib_tokens = "1024", calib_offset = "after";
+  app.add_option("--tokens", tokens, "evaluated passage length, BOS included (at most the model's context), or all (up to the context)")
+      ->check(oscar::cli::tokens_or_all());
+  app.add_option("--calib-text", r.calib_text,
+                 "other text for the calibration passage, the recall test's filler and the greedy prompt's context (default: --text)")
+      ->check(oscar::cli::not_a_folder());
+  app.add_option("--calib-offset", calib_offset,
+                 "first line of that text (negative: from the end); after: the line after the evaluated passage (0 with --calib-text)");
+  app.add_option("--calib-tokens", calib_tokens, "calibration passage length (at most the model's context), or all")
+      ->check(oscar::cli::tokens_or_all());
+  app.add_option("--calib-dump", r.calib_dump,
+                 "fit the calibrated recipes' rotations on this dump of the same model (oscar-dump, hf_dump.py) instead of a passage")
+      ->check(oscar::cli::not_a_folder());
+  app.add_option("--recipes", recipes, "comma-separated preset names or recipe YAML files (oscar-sweep --list-presets lists the presets)")
+      ->delimiter(',');
+  app.add_option("--bits", r.bits, "comma-separated bit widths (fp16 runs once)")->delimiter(',');
+  auto* recall = app.add_option("--recall", r.recall_distances, "comma-separated recall-test distances in tokens, e.g. 256,512,1024")
+                     ->delimiter(',');
+  auto* span = app.add_option("--recall-span", r.recall_span, "tokens of the repeated passage (with --recall)");
   app.add_option("--prompt", r.prompt, "prompt for greedy generation (with --generate)");
   app.add_option("--generate", r.generate, "tokens to generate greedily from --prompt");
   app.add_option("--generate-context", r.generate_context,
@@ -37,6 +49,10 @@ int main(int argc, char** argv) {
   return oscar::run_app("oscar-eval", app, argc, argv, [&] {
     r.progress = !quiet;
     r.budget = oscar::parse_budget(budget);
+    r.tokens = app.count("--tokens") ? oscar::cli::parse_tokens(tokens) : 0;
+    r.calib_tokens = app.count("--calib-tokens") ? oscar::cli::parse_tokens(calib_tokens) : 0;
+    if (calib_offset == "after") r.calib_offset = oscar::kCalibAfterEval;
+    else r.calib_offset = oscar::cli::parse_long("--calib-offset", calib_offset);
     if (span->count() > 0 && recall->count() == 0)
       oscar::fail("--recall-span is given without --recall; add --recall D1,D2,... (distances in tokens) or drop --recall-span");
     if (app.count("--out") > 0 && r.out.empty()) oscar::fail("--out is empty; name the output folder");

@@ -7,6 +7,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-pack: llama2.c float32 checkpoint -> lossless float16 parts"};
+  oscar::cli::show_defaults(app);
   std::string in, out;
   long part_mib = 3;
   app.add_option("input", in, "llama2.c legacy float32 checkpoint")->required()->check(oscar::cli::not_a_folder());

@@ -6,6 +6,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-rotate: the rotations a recipe's CUDA kernels need (R_K, R_V per layer), as an HDF5 file"};
+  oscar::cli::show_defaults(app);
   oscar::KernelRotationRequest r;
   bool quiet = false;
   app.add_option("--calib", r.calib, "calibration dump (oscar-dump or experiments/hf_dump.py) of the model, on other text than "
@@ -14,11 +15,14 @@ int main(int argc, char** argv) {
   app.add_option("--recipe", r.recipe, "preset name (oscar-cov, oscar-cov-head, oscar-omni, ...) or a recipe YAML file")->required();
   app.add_option("--out", r.out, "the rotations file to write (HDF5; written atomically)")->required();
   app.add_option("--head-dim", r.head_dim, "the model's head_dim (without --calib; with it, must match the dump)")
-      ->check(oscar::cli::whole_number_in(1, 65536));
+      ->check(oscar::cli::whole_number_in(1, 65536))
+      ->default_str("from --calib");
   app.add_option("--layers", r.layers, "the model's layer count (without --calib, for recipes with dense matrices)")
-      ->check(oscar::cli::whole_number_in(1, 100000));
+      ->check(oscar::cli::whole_number_in(1, 100000))
+      ->default_str("from --calib");
   app.add_option("--kv-heads", r.kv_heads, "the model's KV head count (without --calib; recorded only)")
-      ->check(oscar::cli::whole_number_in(1, 65536));
+      ->check(oscar::cli::whole_number_in(1, 65536))
+      ->default_str("from --calib");
   app.add_flag("--quiet", quiet, "no progress bar");
   return oscar::run_app("oscar-rotate", app, argc, argv, [&] {
     r.progress = !quiet;

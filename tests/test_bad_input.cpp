@@ -87,5 +87,13 @@ TEST_CASE("atomic output is removed unless committed", "[file_io]") {
     o.commit();
   }
   CHECK(fs::exists(p));
-  CHECK_THROWS_WITH(AtomicOutput("/nonexistent-dir/x.h5"), Catch::Contains("does not exist"));
+  // a missing folder is created with the output; a path under a file is refused
+  const fs::path deep = p.parent_path() / "made" / "deeper" / "x.h5";
+  {
+    AtomicOutput o(deep);
+    std::ofstream(o.temp_path()) << "complete";
+    o.commit();
+  }
+  CHECK(fs::exists(deep));
+  CHECK_THROWS_WITH(AtomicOutput(p / "x.h5"), Catch::Contains("is a file, not a folder"));
 }

@@ -65,7 +65,9 @@ TEST_CASE("output locations are checked before the work", "[output_files]") {
   std::ofstream(d / "file") << "x";
   CHECK_NOTHROW(check_output_file(d / "ok.h5"));
   CHECK_THROWS_WITH(check_output_file(d / "file" / "x.h5"), Contains("is a file, not a folder"));
-  CHECK_THROWS_WITH(check_output_file(d / "missing" / "x.h5"), Contains("does not exist"));
+  CHECK_NOTHROW(check_output_file(d / "missing" / "x.h5"));  // one rule for every tool: a missing folder is created
+  CHECK_FALSE(fs::exists(d / "missing"));                      // when the output is written, not before the work
+  CHECK_THROWS_WITH(check_output_file(d / "file" / "deeper" / "x.h5"), Contains("cannot be created"));
   CHECK_THROWS_WITH(check_output_file(d), Contains("is a folder, expected a file name"));
   CHECK_THROWS_WITH(check_output_folder(d / "file" / "sub"), Contains("cannot be created"));
   CHECK_THROWS_WITH(check_output_folder(d / "file"), Contains("is a file, expected an output folder"));

@@ -3,8 +3,8 @@
 # BUILD, SRC, DATA and FIX). Small real dumps from the bundled stories260K model, and broken copies.
 set -euo pipefail
 M=$DATA/stories260K/stories260K.bin; T=$DATA/stories260K/tok512.bin; X=$DATA/text/kjv.txt.gz
-"$BUILD/apps/oscar-dump" --quiet --model "$M" --tokenizer "$T" --text "$X" --offset -404 --tokens 256 --out "$FIX/rev.h5" >/dev/null
-"$BUILD/apps/oscar-dump" --quiet --model "$M" --tokenizer "$T" --text "$X" --offset 0 --tokens 256 --out "$FIX/gen.h5" >/dev/null
+"$BUILD/apps/oscar-dump" --quiet --model "$M" --tokenizer "$T" --text "$X" --offset -404 --tokens 256 --dtype float32 --out "$FIX/rev.h5" >/dev/null
+"$BUILD/apps/oscar-dump" --quiet --model "$M" --tokenizer "$T" --text "$X" --offset 0 --tokens 256 --dtype float32 --out "$FIX/gen.h5" >/dev/null
 head -c 4000 "$FIX/rev.h5" > "$FIX/trunc.h5"
 echo "not hdf5" > "$FIX/text.h5"
 head -c 50000 "$M" > "$FIX/trunc.bin"

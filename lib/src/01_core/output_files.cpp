@@ -105,6 +105,11 @@ void fail_write(const std::string& file, int err) { throw Error(write_error_mess
 void check_output_file(const fs::path& file, std::uint64_t bytes) {
   const std::string what = file.string();
   const fs::path dir = folder_of(file);
+  std::error_code ec;
+  if (!fs::exists(dir, ec) && !ec) {  // a missing folder is created when the file is written (every tool alike)
+    check_output_folder(dir, bytes);
+    return;
+  }
   check_is_folder(dir, what);
   struct stat st {};
   if (::stat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
@@ -143,6 +148,11 @@ void check_output_folder(const fs::path& dir, std::uint64_t bytes) {
 // ---------------- AtomicOutput ----------------
 AtomicOutput::AtomicOutput(fs::path final_path) : final_(std::move(final_path)) {
   const fs::path dir = folder_of(final_);
+  std::error_code ec;
+  if (!fs::exists(dir, ec) && !ec) {  // the output's folder, created with its parents (checked before the work)
+    fs::create_directories(dir, ec);
+    if (ec) fail_write(final_.string(), ec.value());
+  }
   check_is_folder(dir, final_.string());
   temp_ = dir / fmt::format(".{}.tmp-{}", final_.filename().string(), unique_suffix());
   slot_ = interrupts::remember(temp_.c_str());  // published before the file exists

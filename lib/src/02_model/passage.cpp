@@ -99,10 +99,14 @@ Passage select_with(const std::string& path, const std::vector<std::string>& lin
     }
     std::vector<int> ids = encode(text);
     if (static_cast<long>(ids.size()) >= tokens + margin || first + take == n) {
-      if (static_cast<long>(ids.size()) < tokens)
+      if (static_cast<long>(ids.size()) < tokens && !o.up_to)
         fail("{}: {} {} is beyond the text: only {} tokens follow line {} ({} {}); lower {} or {}", path, o.tokens, tokens,
              ids.size(), first, o.offset, offset, o.tokens, o.offset);
-      ids.resize(tokens);
+      if (static_cast<long>(ids.size()) < 2)
+        fail("{}: only {} token follows line {} ({} {}); a passage needs at least 2: choose an earlier {}", path, ids.size(), first,
+             o.offset, offset, o.offset);
+      p.cut = static_cast<long>(ids.size()) > tokens;
+      ids.resize(std::min<size_t>(ids.size(), static_cast<size_t>(tokens)));
       p.tokens = std::move(ids);
       return p;
     }

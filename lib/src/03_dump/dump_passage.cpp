@@ -25,9 +25,11 @@ DumpSummary dump_passage(const DumpRequest& req) {
   const ModelConfig& cfg = lm.config;
   const auto lines = read_lines(req.text);
   if (req.tokens > cfg.seq_len)
-    fail("--tokens {} is beyond the model's context: {} has seq_len {}; use --tokens {} or fewer", req.tokens, req.model,
-         cfg.seq_len, cfg.seq_len);
-  const Passage p = lm.select_passage(req.text, lines, req.offset, req.tokens);
+    fail("--tokens {} is beyond the model's context: {} has seq_len {}; use --tokens {} or fewer (or --tokens all)", req.tokens,
+         req.model, cfg.seq_len, cfg.seq_len);
+  PassageOptions po;
+  po.up_to = req.tokens == kAllTokens;
+  const Passage p = lm.select_passage(req.text, lines, req.offset, po.up_to ? cfg.seq_len : req.tokens, po);
 
   DumpInfo info;
   info.model_name = lm.name;
@@ -55,6 +57,8 @@ DumpSummary dump_passage(const DumpRequest& req) {
   s.model_name = lm.name;
   s.tokens = static_cast<int>(p.tokens.size());
   s.first_line = p.first_line;
+  s.context = cfg.seq_len;
+  s.cut = p.cut;
   s.mean_loss = mean_next_token_loss(logits, p.tokens);
   const double uniform = std::log(static_cast<double>(cfg.vocab_size));
   if (!(s.mean_loss <= uniform)) {  // NaN too

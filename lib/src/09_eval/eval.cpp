@@ -76,9 +76,9 @@ PassageOrigin origin_of(const Passage& p, const std::vector<std::string>& lines,
   return o;
 }
 
-std::string describe(const std::string& text, const PassageOrigin& o, const char* option, long offset) {
-  return fmt::format("passage ({} lines {}..{}, {} {}, {} tokens)", fs::path(text).filename().string(), o.first_line, o.last_line, option,
-                     offset, o.token_ids.size());
+std::string describe(const std::string& text, const PassageOrigin& o, const std::string& option) {
+  return fmt::format("passage ({} lines {}..{}, {}, {} tokens)", fs::path(text).filename().string(), o.first_line, o.last_line, option,
+                     o.token_ids.size());
 }
 
 }  // namespace
@@ -87,10 +87,12 @@ void validate_eval_options(const EvalRequest& req) {
   if (req.bits.empty()) fail("--bits names no bit width; give at least one, e.g. --bits 2");
   for (int b : req.bits)
     if (b < 1 || b > 8) fail("--bits {} out of range; use 1..8", b);
-  if (req.tokens != 0 && req.tokens < 2)
+  if (req.tokens != 0 && req.tokens != kAllTokens && req.tokens < 2)
     fail("--tokens {} is too few: the evaluated passage needs at least 2 tokens (BOS and one to predict)", req.tokens);
-  if (req.calib_tokens != 0 && req.calib_tokens < 2)
+  if (req.calib_tokens != 0 && req.calib_tokens != kAllTokens && req.calib_tokens < 2)
     fail("--calib-tokens {} is too few: the calibration passage needs at least 2 tokens", req.calib_tokens);
+  if (!req.calib_dump.empty() && (!req.calib_text.empty() || req.calib_tokens != 0))
+    fail("--calib-dump takes the rotations from a dump: drop --calib-text and --calib-tokens (they choose a passage instead)");
   for (int d : req.recall_distances)
     if (d < 2)
       fail("--recall {} is not a recall distance: it counts the tokens of other text between the two copies of the passage and "
@@ -157,11 +159,31 @@ EvalResult run_eval(const EvalRequest& req) {
     }
   }
   const std::string ctx_hint = fmt::format(" ({} has seq_len {})", req.model, ctx);
-  const int tokens = req.tokens > 0 ? req.tokens : std::min(kDefaultTokens, ctx);
-  const int calib_tokens = req.calib_tokens > 0 ? req.calib_tokens : std::min(kDefaultTokens, ctx);
-  const Passage p = pick_passage(req.text, lines, req.offset, tokens, ctx, ctx_hint.c_str(), lm, {"--offset", "--tokens"});
+  const int tokens = req.tokens == kAllTokens ? ctx : req.tokens > 0 ? req.tokens : std::min(kDefaultTokens, ctx);
+  const int calib_tokens = req.calib_tokens == kAllTokens ? ctx : req.calib_tokens > 0 ? req.calib_tokens : std::min(kDefaultTokens, ctx);
+  const Passage p = pick_passage(req.text, lines, req.offset, tokens, ctx, ctx_hint.c_str(), lm,
+                                 {"--offset", "--tokens", req.tokens == kAllTokens});
   if (req.calib_tokens > ctx)
     fail("--calib-tokens {} is beyond the model's context of {} tokens{}; use --calib-tokens {} or fewer", req.calib_tokens, ctx, ctx_hint, ctx);
+  // The calibration text (and the recall filler's and greedy context's): --calib-text, else --text from --calib-offset,
+  // by default the line after the evaluated passage.
+  const std::string& cal_text = req.calib_text.empty() ? req.text : req.calib_text;
+  const std::vector<std::string> cal_lines_own = req.calib_text.empty() ? std::vector<std::string>{} : read_lines(req.calib_text);
+  const std::vector<std::string>& cal_lines = req.calib_text.empty() ? lines : cal_lines_own;
+  long cal_offset = req.calib_offset;
+  if (cal_offset == kCalibAfterEval) {
+    if (!req.calib_text.empty()) cal_offset = 0;
+    else {
+      cal_offset = lm.passage_last_line(p, lines) + 1;
+      if (cal_offset >= static_cast<long>(lines.size()))
+        fail("{}: the evaluated passage reaches the text's end, so no text follows it for the calibration passage, the recall test "
+             "and the greedy prompt's context; give --calib-text FILE (other text), --calib-offset LINE, or an earlier --offset",
+             req.text);
+    }
+  }
+  const std::string cal_offset_option = req.calib_offset == kCalibAfterEval && req.calib_text.empty()
+                                            ? fmt::format("--calib-offset after (line {})", cal_offset)
+                                            : fmt::format("--calib-offset {}", cal_offset);
 
   // The lengths the end-to-end checks need so that every recipe quantizes what they test: the recalled passage
   // starts past the largest sink, and the greedy prompt follows enough other text that at least half of every
@@ -218,33 +240,44 @@ EvalResult run_eval(const EvalRequest& req) {
       fail("the recall test and the greedy prompt need {} tokens of other text, beyond the model's context of {}{}; lower --recall or "
            "--generate-context",
            need, ctx, ctx_hint);
-    filler = pick_passage(req.text, lines, req.calib_offset, static_cast<int>(need + body_start), ctx, ctx_hint.c_str(), lm,
-                          {"--calib-offset", "--recall"});
+    filler = pick_passage(cal_text, cal_lines, cal_offset, static_cast<int>(need + body_start), ctx, ctx_hint.c_str(), lm,
+                          {"--calib-offset", "--recall", true});
     if (static_cast<long>(filler.tokens.size()) - body_start < need)
-      fail("{}: the text from --calib-offset {} holds {} tokens, the recall test and greedy prompt need {} of other text; choose an "
-           "earlier --calib-offset or lower --recall / --generate-context",
-           req.text, req.calib_offset, static_cast<long>(filler.tokens.size()) - body_start, need);
+      fail("{}: the text from {} holds {} tokens, the recall test and greedy prompt need {} of other text; give --calib-text FILE, "
+           "an earlier --calib-offset, or lower --recall / --generate-context",
+           cal_text, cal_offset_option, static_cast<long>(filler.tokens.size()) - body_start, need);
     newline = lm.newline_token();
   }
 
   // The calibration passage: the same model, other text by content (token ids, line ranges).
   Passage cal_passage;
   PassageOrigin cal_origin;
+  std::unique_ptr<DumpLayerSource> cal_dump;
   if (need_calib) {
-    cal_passage = pick_passage(req.text, lines, req.calib_offset, calib_tokens, ctx, ctx_hint.c_str(), lm, {"--calib-offset", "--calib-tokens"});
-    cal_origin = origin_of(cal_passage, lines, lm);
-    cal_origin.where = describe(req.text, cal_origin, "--calib-offset", req.calib_offset);
     PassageOrigin eval_origin = origin_of(p, lines, lm);
-    eval_origin.where = describe(req.text, eval_origin, "--offset", req.offset);
+    eval_origin.where = describe(req.text, eval_origin, fmt::format("--offset {}", req.offset));
     const DumpInfo I = model_info(lm);
-    check_calibration_source(I, cal_origin, I, eval_origin);
+    if (!req.calib_dump.empty()) {  // a dump of the same model on other data, by content
+      cal_dump = std::make_unique<DumpLayerSource>(req.calib_dump);
+      check_calibration_source(*cal_dump, I, eval_origin);
+    } else {
+      cal_passage = pick_passage(cal_text, cal_lines, cal_offset, calib_tokens, ctx, ctx_hint.c_str(), lm,
+                                 {"--calib-offset", "--calib-tokens", req.calib_tokens == kAllTokens});
+      cal_origin = origin_of(cal_passage, cal_lines, lm);
+      cal_origin.where = describe(cal_text, cal_origin, cal_offset_option);
+      check_calibration_source(I, cal_origin, I, eval_origin);
+    }
+  } else if (!req.calib_dump.empty()) {
+    fail("--calib-dump {} is given but no recipe is calibrated (oscar-cov, oscar-cov-head); drop it", req.calib_dump);
   }
   if (req.gpu) require_cuda_device();
 
   // ---- work ----
   const Model& m = lm.model();
   std::unique_ptr<CovarianceRotations> calib;
-  if (need_calib) {
+  if (cal_dump) {
+    calib = std::make_unique<CovarianceRotations>(fit_covariance_rotations(*cal_dump, req.progress, need_per_head));
+  } else if (need_calib) {
     // The model reads the calibration passage once; its q, k, v stay in memory (no file).
     const ModelLayerSource src(m, cal_origin, cal_origin.where, {"q", "k", "v"}, false);
     calib = std::make_unique<CovarianceRotations>(fit_covariance_rotations(src, false, need_per_head));

@@ -19,7 +19,8 @@ namespace oscar {
 std::string write_error_message(const std::string& file, int err);
 [[noreturn]] void fail_write(const std::string& file, int err);
 
-// Checks, before any work, that `file` can be written: its folder exists and is a folder, a file can be created
+// Checks, before any work, that `file` can be written: its folder is a folder, or is missing and can be created (its
+// nearest existing ancestor is a writable folder; AtomicOutput creates it when it writes), a file can be created
 // there (a probe file is made and removed, which also catches read-only file systems and root-owned paths),
 // `file` is not a folder; and when `bytes` > 0, that the free space and the file-size limit (ulimit -f) leave
 // room for about that many bytes. Throws Error naming `file`, the reason and what to do.

@@ -17,6 +17,7 @@ struct Passage {
   long first_line = 0;       // 0-based index of the first line used
   long lines_total = 0;      // lines in the file
   std::vector<int> tokens;   // BOS first where the tokenizer adds one
+  bool cut = false;          // the text went on past the passage (it was cut at its token count)
 };
 
 // The lines of a text file (plain or gzip); throws Error naming the file, byte offset and line when the
@@ -33,7 +34,10 @@ long passage_last_line(const Passage& p, long lines_count, size_t first_token,
 struct PassageOptions {
   const char* offset = "--offset";
   const char* tokens = "--tokens";
+  bool up_to = false;  // `tokens` is a limit (--tokens all: the model's context): fewer when the text ends first
 };
+// `--tokens all`: the rest of the text from the offset, up to the model's context (a tool's int option's value).
+inline constexpr int kAllTokens = -1;
 
 // Throws Error (naming the file and the options) when the offset is outside the text or the text after it
 // has fewer than `tokens` tokens.

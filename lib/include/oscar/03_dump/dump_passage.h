@@ -12,8 +12,8 @@ namespace oscar {
 struct DumpRequest {
   std::string model, tokenizer, text, out;
   long offset = 0;        // first line (negative: from the end)
-  int tokens = 512;       // passage length including BOS
-  std::string dtype = "float32";
+  int tokens = 512;       // passage length including BOS; kAllTokens: the rest of the text, up to the model's context
+  std::string dtype = "float16";
   bool progress = true;
   // A passage whose mean next-token loss is above ln(vocab_size) (worse than a uniform guess) means the
   // tokenizer (or text) does not belong to the model: refused unless this is set (then a warning).
@@ -23,6 +23,8 @@ struct DumpRequest {
 struct DumpSummary {
   std::string model_name;
   int tokens = 0;
+  int context = 0;   // the model's context (seq_len)
+  bool cut = false;  // the text went on past the passage
   long first_line = 0;
   double mean_loss = 0;   // mean next-token loss over tokens-1 predictions
   double seconds = 0;

@@ -10,14 +10,21 @@
 
 namespace oscar {
 
+// --calib-offset after: the calibration text starts at the line after the evaluated passage.
+inline constexpr long kCalibAfterEval = -(1L << 62);
+
 struct EvalRequest {
   std::string model;                   // --model: a llama2.c checkpoint, or a *.gguf file (tokenizer from its metadata)
   std::string tokenizer;               // --tokenizer: the checkpoint's tokenizer.bin (none with a GGUF)
   std::string text;                    // --text
-  long offset = -404;                  // --offset: evaluation passage (held-out Revelation by default)
-  int tokens = 0;                      // --tokens; 0: min(1024, the model's context)
-  long calib_offset = 0;               // --calib-offset: calibration passage (Genesis), also the recall filler
-  int calib_tokens = 0;                // --calib-tokens; 0: min(1024, the model's context)
+  long offset = 0;                     // --offset: first line of the evaluated passage (negative: from the end)
+  int tokens = 0;                      // --tokens; 0: min(1024, the model's context); kAllTokens: up to the context
+  // --calib-text: the calibration passage's text, also the recall filler's and the greedy prompt's context (default
+  // --text); --calib-offset: its first line (kCalibAfterEval: the line after the evaluated passage, in --text).
+  std::string calib_text;
+  long calib_offset = kCalibAfterEval;
+  int calib_tokens = 0;                // --calib-tokens; 0: min(1024, the model's context); kAllTokens: up to the context
+  std::string calib_dump;              // --calib-dump: calibration rotations fitted on this dump instead of a passage
   std::vector<RecipeFile> recipes;     // --recipes
   std::vector<int> bits{2};            // --bits
   std::vector<int> recall_distances;   // --recall; empty: no recall test
