@@ -22,21 +22,33 @@ namespace {
 // only bits 30..16 are searched.
 template <int HD>
 __device__ __forceinline__ float row_quantile(const float (&x)[8], int k, unsigned mask) {
+  static_assert(HD <= 1023, "three 10-bit counts share one shuffle");
   uint32_t a[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) a[i] = __float_as_uint(x[i]) & 0x7fffffffu;
-  const int need = HD - k;
+  const uint32_t need = static_cast<uint32_t>(HD - k);
   uint32_t t = 0;
+  // two bits a step: the counts of the three candidates (t|01, t|10, t|11) travel packed in one word (10 bits each),
+  // so each step costs one row reduction; bits 30..17 in seven steps, then bit 16.
 #pragma unroll 1
-  for (int b = 30; b >= 16; --b) {
-    const uint32_t cand = t | (1u << b);
-    int n = 0;
+  for (int b = 29; b >= 17; b -= 2) {
+    const uint32_t c1 = t | (1u << b), c2 = t | (2u << b), c3 = t | (3u << b);
+    uint32_t n = 0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) n += a[i] >= cand ? 1 : 0;
+    for (int i = 0; i < 8; ++i) n += (a[i] >= c1 ? 1u : 0u) + (a[i] >= c2 ? 1u << 10 : 0u) + (a[i] >= c3 ? 1u << 20 : 0u);
 #pragma unroll
     for (int o = 1; o < HD / 8; o <<= 1) n += __shfl_xor_sync(mask, n, o, HD / 8);
-    if (n >= need) t = cand;
+    if ((n >> 20) >= need) t = c3;
+    else if (((n >> 10) & 1023u) >= need) t = c2;
+    else if ((n & 1023u) >= need) t = c1;
   }
+  const uint32_t c = t | (1u << 16);
+  uint32_t n = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) n += a[i] >= c ? 1u : 0u;
+#pragma unroll
+  for (int o = 1; o < HD / 8; o <<= 1) n += __shfl_xor_sync(mask, n, o, HD / 8);
+  if (n >= need) t = c;
   return __uint_as_float(t);
 }
 
