@@ -13,7 +13,7 @@
 
 Writes OUT/eval.md, eval.csv (and needle.csv, greedy.csv when asked), all at the end, each renamed into place; the
 folder is checked before any work. oscar-cov's rotations: --rotations FILE (oscar-rotate), else fitted on the
-calibration passage (oscar_kv.hf.calibrate, which runs oscar-rotate: OSCAR_BUILD/apps or next to the kernel library)
+calibration passage (oscar_kv.hf.calibrate, which runs oscar-rotate: installed with the package, or beside the kernel library)
 and kept as OUT/rotations-oscar-cov.h5. Errors: one line `hf_eval.py: error: ...; what to do`, exit 1.
 """
 import argparse
@@ -43,8 +43,10 @@ def build_args(argv):
                                                         "(oscar-dump --offset -404 for Revelation)")
     ap.add_argument("--calib-ids", metavar="DUMP", help="calibration passage (and needle filler): /token_ids of a dump")
     ap.add_argument("--text", help="text (one verse a line, plain or .gz) tokenized by the model folder's tokenizer")
-    ap.add_argument("--offset", type=int, default=-404, help="first line of the evaluated passage (with --text)")
-    ap.add_argument("--calib-offset", type=int, default=0, help="first line of the calibration passage (with --text)")
+    ap.add_argument("--offset", type=int, default=0, help="first line of the evaluated passage (with --text; negative: "
+                                                          "from the end, -404 is Revelation in data/text/kjv.txt.gz)")
+    ap.add_argument("--calib-offset", type=int, default=None, help="first line of the calibration passage (with --text; "
+                                                                   "default: the line after the evaluated passage)")
     ap.add_argument("--tokens", type=int, default=0, help="evaluated tokens, BOS included (default: all of --token-ids, "
                                                           "else 1024)")
     ap.add_argument("--calib-tokens", type=int, default=0, help="calibration tokens (default: all of --calib-ids, else "
@@ -123,7 +125,7 @@ def run(a):
     elif a.text:
         if tok is None:
             raise H.Refusal(f"--text: {name} has no tokenizer; give --token-ids DUMP (oscar-dump's /token_ids)")
-        ids, texts = H.text_ids(a.text, a.offset, a.tokens or 1024, tok, vocab, "--offset")
+        ids, texts, after = H.text_ids(a.text, a.offset, a.tokens or 1024, tok, vocab, "--offset")
         source = f"{os.path.basename(a.text)} lines from {a.offset}"
     elif a.random:
         g = torch.Generator().manual_seed(1)
@@ -143,7 +145,13 @@ def run(a):
         calib_ids, calib_texts = H.read_dump_ids(a.calib_ids, "--calib-ids")
     elif a.text:
         n = max(a.calib_tokens or 1024, (max(needle) + 2 * a.needle_span + 2) if needle else 0)
-        calib_ids, calib_texts = H.text_ids(a.text, a.calib_offset, n, tok, vocab, "--calib-offset")
+        calib_offset = a.calib_offset
+        if calib_offset is None:
+            if after is None:
+                raise H.Refusal(f"{a.text}: the evaluated passage runs to the end of the text, no line after it to "
+                                "calibrate on; give --calib-offset LINE or --calib-ids DUMP")
+            calib_offset = after
+        calib_ids, calib_texts, _ = H.text_ids(a.text, calib_offset, n, tok, vocab, "--calib-offset")
     elif a.random:
         g = torch.Generator().manual_seed(2)
         n = max(a.calib_tokens or 1024, (max(needle) + 2) if needle else 0)

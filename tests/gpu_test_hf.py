@@ -10,7 +10,7 @@ output <= 2e-2; with the layer's soft-capping and sink logits); the layers on th
 names (sliding-window layers stay on an ordinary cache; gemma2's soft-capped and gpt_oss's sink layers use the kernels); a left-padded sequence must decode as when it runs alone (while the greedy
 tokens agree, the median relative difference of the cached steps' logits <= 0.05, where attending the pads moves
 them by more than 0.5); beam search (2 beams)
-runs; crop() raises. Exit 0 passed, 1 failed, 77 skipped (no torch/transformers/CUDA/library).
+runs; crop() raises; any deprecated transformers API raises. Exit 0 passed, 1 failed, 77 skipped (no torch/transformers/CUDA/library).
 """
 import argparse
 import math
@@ -28,6 +28,9 @@ oscar_kv = gpu_python.require("transformers")
 import torch  # noqa: E402
 import oscar_kv.hf as okv  # noqa: E402
 from oscar_kv import hf_dump  # noqa: E402
+from strict_transformers import strict  # noqa: E402
+
+strict()  # a deprecated transformers API (generate(past_key_values=...), calibrate) fails the test
 import python_twins  # noqa: E402
 
 

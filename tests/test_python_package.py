@@ -4,8 +4,10 @@
 Always: `import oscar_kv` works without importing torch; the cache shape checks (CacheSpec) reject a bad format,
 bit width, head_dim (the message lists the compiled ones, read from the library), query grouping and capacity; the
 tensor checks reject a wrong shape, dtype, device and layout with messages naming the argument and the fix (on
-small duck-typed tensors, and on real CPU torch tensors where torch is installed). With torch and transformers:
-creating a cache without CUDA raises OscarError (no device) after the argument checks; the transformers integration
+small duck-typed tensors, and on real CPU torch tensors where torch is installed); setup.py (pip install) copies the
+built library and oscar-rotate into the package, which then loads its own copy. With torch and transformers (any
+deprecated transformers API fails the test): creating a cache without CUDA raises OscarError (no device) after the
+argument checks, and OscarCache raises one RuntimeError before anything else; the transformers integration
 imports, refuses unknown recipes/bits and oscar-cov without rotations, refuses an unsupported architecture, and
 its layer plan for the tiny models of every supported architecture (head_dim 64) puts sliding-window layers on an
 ordinary cache with the reason (soft-capped and sink full-attention layers go to the kernels), and a model whose every
@@ -55,6 +57,40 @@ class Duck:
         return (1,) * len(self.shape)
 
 
+def check_install(build):
+    """pip install's build step (setup.py build_py) copies the built library and oscar-rotate into the package, and
+    the copy, imported with no environment variables, loads its own library; a build folder without the library is
+    refused in one line."""
+    import os
+    import shutil
+    import tempfile
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OSCAR_")}
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as src:
+        # a copy of the package's sources (setup.py writes its egg-info beside itself)
+        shutil.copytree(ROOT / "kernels" / "python", src, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        setup = Path(src) / "setup.py"
+        r = subprocess.run([sys.executable, str(setup), "-q", "build_py", "--build-lib", tmp], capture_output=True,
+                           text=True, env=dict(env, OSCAR_BUILD=str(build)), cwd=setup.parent)
+        pkg = Path(tmp) / "oscar_kv"
+        check(r.returncode == 0 and (pkg / "liboscar_kernels.so").is_file(),
+              f"setup.py build_py: rc {r.returncode}, library copied: {(pkg / 'liboscar_kernels.so').is_file()} {r.stderr[-300:]}")
+        rot = pkg / "bin" / "oscar-rotate"
+        if (build / "apps" / "oscar-rotate").is_file():
+            check(rot.is_file() and os.access(rot, os.X_OK), "setup.py build_py: oscar-rotate not carried")
+        r = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {tmp!r}); import oscar_kv._capi as c; "
+                            "print(c.default_library_path()); print(c.load().path)"],
+                           capture_output=True, text=True, env=env, cwd=tmp)
+        want = str(pkg / "liboscar_kernels.so")
+        check(r.returncode == 0 and r.stdout.split() == [want, want],
+              f"installed copy loads {r.stdout.split()} (rc {r.returncode} {r.stderr[-300:]}), not {want}")
+        r = subprocess.run([sys.executable, str(setup), "-q", "build_py", "--build-lib", tmp], capture_output=True,
+                           text=True, env=dict(env, OSCAR_BUILD=tmp), cwd=setup.parent)
+        lines = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+        check(r.returncode != 0 and len(lines) == 1 and "has no kernels/liboscar_kernels.so" in lines[0],
+              f"setup.py with a build lacking the library: rc {r.returncode}, {r.stderr[-300:]!r}")
+
+
 def main():
     lib_path = sys.argv[1] if len(sys.argv) > 1 else None
     if lib_path and not Path(lib_path).is_file():
@@ -65,6 +101,8 @@ def main():
                         "import oscar_kv; print('torch' in sys.modules)"], capture_output=True, text=True)
     check(r.returncode == 0 and r.stdout.strip() == "False", f"import oscar_kv: rc {r.returncode}, torch imported: "
           f"{r.stdout.strip()} {r.stderr.strip()[-300:]}")
+    if lib_path:
+        check_install(Path(lib_path).resolve().parents[1])
     import oscar_kv
     from oscar_kv.checks import CacheSpec, check_tensor
     lib = oscar_kv.load(lib_path)
@@ -139,6 +177,11 @@ def main():
             import oscar_kv.hf as okv
             from oscar_kv import hf_dump
             from transformers import AutoModelForCausalLM
+            sys.path.insert(0, str(ROOT / "tests"))
+            from strict_transformers import DeprecatedApi, strict
+            strict()  # a deprecated transformers API used below fails the test
+            raises(lambda: transformers.DynamicCache(config=hf_dump.tiny_config("llama")).max_cache_len, DeprecatedApi,
+                   "deprecated", what="the deprecation trap")
             want = {"mistral": [], "gemma2": [1, 3], "gpt_oss": [1, 3], "gemma3": [3]}
             reasons = {"mistral": "sliding attention (window 24)", "gemma2": "sliding attention", "gpt_oss": "sliding attention",
                        "gemma3": "sliding attention"}
@@ -154,6 +197,9 @@ def main():
                     raises(lambda: okv.OscarCache(m, "kivi"), ValueError, "oscar-eval", what="recipe")
                     raises(lambda: okv.OscarCache(m, "oscar-omni", bits=3), ValueError, "2 or 4", what="hf bits")
                     raises(lambda: okv.OscarCache(m, "oscar-cov"), ValueError, "calibrate", what="cov without rotations")
+                    if not torch.cuda.is_available():
+                        raises(lambda: okv.OscarCache(m, "oscar-omni"), RuntimeError, "no CUDA device", "oscar-eval",
+                               what="hf cache without CUDA")
                     raises(lambda: okv.OscarCache(m, "oscar-cov", rotations="/nonexistent/r.h5"), ValueError,
                            "/nonexistent/r.h5", "oscar-rotate", what="missing rotations file")
             # models whose every layer falls back compute what the model computes (CPU: no kernel is called)

@@ -29,7 +29,7 @@ def main(argv):
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         fail(f"{out}: the folder {parent} does not exist or is not writable; create it first")
-    for mod, pip in (("torch", "torch"), ("transformers", "transformers"), ("gguf", "gguf")):
+    for mod, pip in (("torch", "torch"), ("transformers", "transformers"), ("gguf", "gguf"), ("accelerate", "accelerate")):
         try:
             __import__(mod)
         except ImportError:
@@ -40,9 +40,18 @@ def main(argv):
     try:
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    except ImportError as e:  # a package the loader needs: name it, not the file
+        fail(f"transformers needs a package to load a GGUF file that is not installed ({str(e).splitlines()[0][:200]}); "
+             f"pip install {getattr(e, 'name', None) or 'the package named there'}")
+    except KeyboardInterrupt:
+        fail("interrupted while loading; nothing was written")
     except Exception as e:  # the loader's own message (unsupported architecture or tensor type, truncated file)
         fail(f"{gguf_path}: transformers cannot load it ({str(e).splitlines()[0][:200]}); check that the file is complete "
              "(its sha256) and of an architecture and tensor types transformers reads")
+    bad = [k for k, v in model.state_dict().items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        fail(f"{gguf_path}: the weights hold NaN or infinite values (first: {bad[0]}, {len(bad)} tensors); the file is "
+             "damaged: check its sha256 or fetch it again")
     # the loader marks the model as GGUF-quantized, which save_pretrained refuses: the same (dequantized) weights in
     # a plain model of the same config
     cfg = model.config
@@ -71,4 +80,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:  # Ctrl-C during the imports or the save: one line, no traceback, nothing left behind
+        print(f"{PROG}: error: interrupted; nothing was written", file=sys.stderr)
+        sys.exit(130)

@@ -64,8 +64,9 @@ class OscarError(RuntimeError):
 
 
 def default_library_path():
-    """OSCAR_KERNELS_LIB; else OSCAR_BUILD/kernels/liboscar_kernels.so; else a liboscar_kernels.so beside this file
-    (a copied installation); else build/kernels/liboscar_kernels.so of the checkout this file lies in (editable)."""
+    """OSCAR_KERNELS_LIB; else OSCAR_BUILD/kernels/liboscar_kernels.so; else the liboscar_kernels.so beside this file
+    (pip install copies the built one there); else, in an editable install, build/kernels/liboscar_kernels.so of the
+    checkout this file lies in, or its newest build folder of another name."""
     env = os.environ.get("OSCAR_KERNELS_LIB")
     if env:
         return Path(env)
@@ -73,8 +74,9 @@ def default_library_path():
     cands = ([Path(os.environ["OSCAR_BUILD"]) / "kernels" / name] if os.environ.get("OSCAR_BUILD") else []) + \
         [Path(__file__).resolve().parent / name]
     here = Path(__file__).resolve().parents
-    if len(here) > 3:
-        cands.append(here[3] / "build" / "kernels" / name)
+    if len(here) > 3:  # an editable install: build/ of this checkout, else its newest build folder of another name
+        others = sorted(here[3].glob(f"*/kernels/{name}"), key=lambda p: p.stat().st_mtime, reverse=True)
+        cands += [here[3] / "build" / "kernels" / name] + others
     for c in cands:
         if c.is_file():
             return c

@@ -208,6 +208,17 @@ def layer_plan(model, recipe, bits):
     return plan
 
 
+def require_cuda(model):
+    """Raises one RuntimeError, before anything is allocated or printed, unless a CUDA device is visible and the
+    model's weights are on it: the kernels run on an NVIDIA GPU (sm_90a: H100, H200)."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("oscar_kv: no CUDA device is visible (torch.cuda.is_available() is False); the oscar-kv kernels "
+                           "run on an NVIDIA GPU (built for sm_90a: H100, H200); on a CPU, evaluate recipes with oscar-eval")
+    dev = next((p.device for p in model.parameters()), None)
+    if dev is not None and dev.type != "cuda":
+        raise RuntimeError(f"oscar_kv: the model's weights are on {dev}; move the model to the GPU first (model.cuda())")
+
+
 class OscarCache(DynamicCache):
     """A transformers Cache decoding through the oscar-kv kernels (see the module docstring).
 
@@ -221,16 +232,19 @@ class OscarCache(DynamicCache):
                              "in oscar-eval (the C++ reference)")
         if bits not in (2, 4):
             raise ValueError(f"bits {bits!r}: the kernels store 2 or 4 bits")
-        super().__init__(config=model.config)
-        # not self.max_cache_len: transformers 5.17's Cache has a read-only (deprecated) property of that name
-        self.recipe, self.bits, self.capacity_tokens = recipe, bits, int(max_cache_len)
-        self.plan = layer_plan(model, recipe, bits)
-        self.rotations = None
+        plan = layer_plan(model, recipe, bits)
+        rotations_loaded = None
         if recipe.startswith("oscar-cov"):
             if rotations is None:
                 raise ValueError(f"{recipe}: needs rotation matrices fitted on a calibration passage; make them with "
                                  "oscar_kv.hf.calibrate(model, token_ids, out) or oscar-rotate, and pass rotations=FILE")
-            self.rotations = load_rotations(rotations, model, per_head=(recipe == "oscar-cov-head"))
+            rotations_loaded = load_rotations(rotations, model, per_head=(recipe == "oscar-cov-head"))
+        if any(why is None for _, why in plan):  # the arguments first; a model whose every layer falls back runs anywhere
+            require_cuda(model)
+        super().__init__(config=model.config)
+        # not self.max_cache_len: transformers 5.17's Cache has a read-only (deprecated) property of that name
+        self.recipe, self.bits, self.capacity_tokens = recipe, bits, int(max_cache_len)
+        self.plan, self.rotations = plan, rotations_loaded
         for i, why in self.plan:
             if why is None:
                 self.layers[i] = OscarLayer(self, i)
@@ -309,20 +323,24 @@ def load_rotations(path, model, per_head=False):
 
 
 def tool_path(name):
-    """An oscar-kv command-line tool: OSCAR_BUILD/apps/NAME, else the build folder holding the kernels library, else PATH."""
-    cands = []
+    """An oscar-kv command-line tool, found without environment variables: installed with this package (oscar_kv/bin/,
+    pip install copies it there from the build), beside the kernels library this package loads (its build folder's
+    apps/, or an installation's bin/ next to lib/), OSCAR_BUILD/apps/, or PATH. Else one FileNotFoundError saying how
+    to get it."""
+    lib = _capi.default_library_path()
+    cands = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", name),
+             str(lib.parent.parent / "apps" / name), str(lib.parent.parent / "bin" / name)]
     if os.environ.get("OSCAR_BUILD"):
         cands.append(os.path.join(os.environ["OSCAR_BUILD"], "apps", name))
-    lib = _capi.default_library_path()
-    cands.append(str(lib.parent.parent / "apps" / name))
     for c in cands:
         if os.path.isfile(c) and os.access(c, os.X_OK):
             return c
     found = shutil.which(name)
     if found:
         return found
-    raise FileNotFoundError(f"{name}: not found in {', '.join(cands)} or PATH; build oscar-kv (cmake --build build) "
-                            "or set OSCAR_BUILD")
+    raise FileNotFoundError(f"{name}: not installed with oscar_kv, not beside {lib} and not on PATH; build it "
+                            f"(cmake --build build --target {name}) and reinstall the package (pip install kernels/python), "
+                            "or put the build's apps/ folder on PATH")
 
 
 def calibrate(model, token_ids, out, recipe="oscar-cov", name=None, quiet=True):

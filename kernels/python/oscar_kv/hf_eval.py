@@ -53,14 +53,20 @@ def read_dump_ids(path, what):
 
 
 def text_ids(text, offset, tokens, tok, vocab, what):
-    """A passage of `tokens` ids from lines offset.. of `text`, tokenized as experiments/hf_dump.py does."""
+    """A passage of `tokens` ids from lines offset.. of `text`, tokenized as experiments/hf_dump.py does, and the
+    first line after it (the line that follows the one the passage ends in; None past the end of the text)."""
     from argparse import Namespace
     from . import hf_dump
     try:
-        ids, texts, _, _ = hf_dump.passage_ids(Namespace(text=text, offset=offset, tokens=tokens), tok, vocab)
+        ids, texts, first, n_lines = hf_dump.passage_ids(Namespace(text=text, offset=offset, tokens=tokens), tok, vocab)
     except hf_dump.Refusal as e:
         raise Refusal(f"{e} (for {what})") from None
-    return ids, texts
+    if tok is not None:
+        breaks = tok.decode(ids, skip_special_tokens=True).count("\n")
+    else:  # byte ids: a line break is the token <0x0A>
+        breaks = texts.count("<0x0A>")
+    after = first + breaks + 1
+    return ids, texts, (after if after < n_lines else None)
 
 
 def newline_id(texts_list, tok):
