@@ -3,7 +3,8 @@
 # data/fetch_smollm2.sh; skipped with a note where it is absent) and on both bundled models: held-out
 # Revelation, oscar-cov calibrated on Genesis, the recall test and greedy generation; into
 # ${OSCAR_RESULTS:-results}/eval/. QUICK=1 runs a reduced version (shorter passages, two recall distances)
-# for the CI test.
+# for the CI test. SmolLM2 and kjv-llama-hd128 are evaluated on 2048 tokens: long enough that oscar-cov's BF16 sink
+# and recent windows (320 tokens) leave more than half of what attention reads in 2 bits, so every row is ranked.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-${OSCAR_BUILD:-$root/build}}" && pwd)
@@ -16,7 +17,7 @@ if [ "${QUICK:-0}" = 1 ]; then
   st=(--tokens 256 --calib-tokens 256 --recall 64,128 --recall-span 32 --generate 16)
   sm=(--tokens 256 --calib-tokens 256 --recall 128 --recall-span 32 --generate 12)
 else
-  sm=(--tokens 1024 --calib-tokens 1024 --recall 256,512,1024 --recall-span 64 --generate 24)
+  sm=(--tokens 2048 --calib-tokens 2048 --recall 256,512,1024,1536 --recall-span 64 --generate 24)
   hd=(--tokens 2048 --calib-tokens 2048 --recall 256,512,1024,1536 --recall-span 64 --generate 48)
   st=(--tokens 512 --calib-tokens 512 --recall 64,128,256,384 --recall-span 32 --generate 40)
 fi
