@@ -20,6 +20,7 @@
 #include "oscar/01_core/interrupts.h"
 #include "oscar/01_core/output_files.h"
 #include "oscar/01_core/parallel.h"
+#include "oscar/01_core/printable.h"
 #include "oscar/01_core/version.h"
 #include "oscar/02_model/passage.h"
 
@@ -165,11 +166,11 @@ int run_app_body(const char* tool, CLI::App& app, int argc, char** argv, Body& b
   try {
     return body();
   } catch (const oscar::Error& e) {
-    fmt::print(stderr, "{}: error: {}\n", tool, e.what());
+    fmt::print(stderr, "{}: error: {}\n", tool, printable(e.what()));  // file-derived text: no escape codes, one line
   } catch (const std::bad_alloc&) {
     fmt::print(stderr, "{}: error: out of memory; use a smaller input or a machine with more memory\n", tool);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "{}: error: unexpected failure: {}\n", tool, e.what());
+    fmt::print(stderr, "{}: error: unexpected failure: {}\n", tool, printable(e.what()));
   }
   return 1;
 }

@@ -2,6 +2,8 @@
 // CUDA kernels); loss, KL and top-1 agreement vs full precision, a recall test and greedy generation.
 // Every option and the --out folder are checked before any decoding; the tables print only once the
 // outputs are written.
+#include <optional>
+
 #include "app_main.h"
 #include "oscar/09_eval/eval.h"
 
@@ -59,6 +61,8 @@ int main(int argc, char** argv) {
     oscar::validate_eval_options(r);  // before loading recipe files or the model
     for (const auto& name : recipes)
       r.recipes.push_back(name.ends_with(".yaml") ? oscar::load_recipe_file(name) : oscar::load_preset(name));
+    std::optional<oscar::OutputLock> lock;  // a second oscar-eval into this folder fails at once
+    if (!r.out.empty()) oscar::check_output_folder(r.out), lock.emplace(r.out, "oscar-eval");
     const oscar::EvalResult res = oscar::run_eval(r);
     if (!r.out.empty()) oscar::write_eval_outputs(r, res, r.out);  // before printing: a failure prints no table
     fmt::print("{}", oscar::eval_markdown(r, res));

@@ -15,13 +15,13 @@ int main(int argc, char** argv) {
   app.add_option("--recipe", r.recipe, "preset name (oscar-cov, oscar-cov-head, oscar-omni, ...) or a recipe YAML file")->required();
   app.add_option("--out", r.out, "the rotations file to write (HDF5; written atomically)")->required();
   app.add_option("--head-dim", r.head_dim, "the model's head_dim (without --calib; with it, must match the dump)")
-      ->check(oscar::cli::whole_number_in(1, 65536))
+      ->check(oscar::cli::whole_number_in(1, 8192))
       ->default_str("from --calib");
   app.add_option("--layers", r.layers, "the model's layer count (without --calib, for recipes with dense matrices)")
-      ->check(oscar::cli::whole_number_in(1, 100000))
+      ->check(oscar::cli::whole_number_in(1, 4096))
       ->default_str("from --calib");
   app.add_option("--kv-heads", r.kv_heads, "the model's KV head count (without --calib; recorded only)")
-      ->check(oscar::cli::whole_number_in(1, 65536))
+      ->check(oscar::cli::whole_number_in(1, 4096))
       ->default_str("from --calib");
   app.add_flag("--quiet", quiet, "no progress bar");
   return oscar::run_app("oscar-rotate", app, argc, argv, [&] {

@@ -8,6 +8,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels" / "python
 from oscar_kv import hf_dump as _impl  # noqa: E402
 
 if __name__ == "__main__":
-    _impl.main()
+    _impl.run()
 else:
     sys.modules[__name__] = _impl

@@ -20,14 +20,20 @@ inline std::string smollm2_gguf() {
 // The original float32 file, present only where ../shared/data exists.
 inline std::string shared_hd128_fp32() { return std::string(OSCAR_SHARED_DATA_DIR) + "/kjv-llama-hd128/kjv-llama-hd128.bin"; }
 
-// A fresh scratch folder per test process.
+// A fresh scratch folder per test process, removed with everything in it when the process exits normally.
 inline std::filesystem::path scratch() {
-  static const std::filesystem::path dir = [] {
-    auto d = std::filesystem::temp_directory_path() / ("oscar-test-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
+  struct Folder {
+    std::filesystem::path path;
+    Folder() : path(std::filesystem::temp_directory_path() / ("oscar-test-" + std::to_string(::getpid()))) {
+      std::filesystem::create_directories(path);
+    }
+    ~Folder() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Folder dir;
+  return dir.path;
 }
 
 }  // namespace oscar::test

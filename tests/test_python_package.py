@@ -118,6 +118,33 @@ def main():
            "at most 16", what="group")
     raises(lambda: CacheSpec(lib, "oscar-cov", 0, 8, 128, 2, 1024, 32), ValueError, "batch: 0", what="batch")
     raises(lambda: CacheSpec(lib, "oscar-cov", 1, 8, 128, 2, 2**31, 32), ValueError, "int32", what="capacity")
+    # ctypes would truncate a large int to int32 (batch 2^32 + 1 sized as batch 1): refused; a float width is refused
+    # before ctypes sees it; numpy's integers are integers
+    raises(lambda: CacheSpec(lib, "oscar-cov", 2**32 + 1, 8, 128, 2, 1024, 32), ValueError, "batch: 4294967297", "int32",
+           what="batch beyond int32")
+    raises(lambda: CacheSpec(lib, "oscar-cov", 1, 8, 128, 2.0, 1024, 32), ValueError, "bits: 2.0", "an integer",
+           what="float bits")
+    raises(lambda: CacheSpec(lib, "oscar-cov", 1, 8, 128.0, 2, 1024, 32), ValueError, "head_dim: 128.0", what="float head_dim")
+    try:
+        import numpy as np
+        check(CacheSpec(lib, "oscar-cov", np.int64(1), 8, np.int32(128), np.int64(2), 1024, 32).head_dim == 128,
+              "numpy integers as shapes")
+    except ImportError:
+        pass
+    # a wrong library: one OSError naming the file and the fix, never a raw loader error or a SIGBUS
+    import tempfile
+    from oscar_kv import _capi
+    with tempfile.TemporaryDirectory() as tmp:
+        trunc = Path(tmp) / "liboscar_kernels.so"
+        trunc.write_bytes(Path(lib.path).read_bytes()[:100000])
+        raises(lambda: _capi.Kernels(trunc), OSError, "is truncated", "rebuild it", what="truncated library")
+        notelf = Path(tmp) / "x.so"
+        notelf.write_text("not a library")
+        raises(lambda: _capi.Kernels(notelf), OSError, "not a 64-bit ELF", what="not a library")
+        other = next((p for p in ("/usr/lib/x86_64-linux-gnu/libz.so.1", "/lib/x86_64-linux-gnu/libz.so.1")
+                      if Path(p).is_file()), None)
+        if other:
+            raises(lambda: _capi.Kernels(other), OSError, "lacks the function", what="another library")
     spec = CacheSpec(lib, "oscar-cov", 2, 8, 128, 2, 1024, 32)
     spec.device = "cuda:0"
     good = Duck((2, 8, 100, 128))

@@ -74,3 +74,6 @@ open(sys.argv[2], "wb").write(head + b"\0" * (-len(head) % 32) + d[data:])
 PY
 # recipes_hd.tsv: head_dim 64 / 96 / 256 synthetic dumps and their sweep configs (head_dim_fixtures.py)
 "${PY:-python3}" "$SRC/tests/bad_inputs/head_dim_fixtures.py" "$FIX" "$SRC/experiments/presets"
+# strangers.tsv: crafted dumps (string arrays, null spaces, huge counts, links), a toy checkpoint without byte
+# tokens, GGUF files with NaN/Inf weights or metadata (strangers_fixtures.py)
+"${PY:-python3}" "$SRC/tests/bad_inputs/strangers_fixtures.py" "$FIX"

@@ -122,6 +122,23 @@ _SIGNATURES = {
 }
 
 
+def check_elf(path):
+    """Refuses, before the dynamic loader maps it, a file that is not a 64-bit ELF shared object or that is shorter than
+    its own section header table says (a truncated copy: mapping it would kill Python with SIGBUS)."""
+    import struct
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(64)
+    if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2:
+        raise OSError(f"{path}: is not a 64-bit ELF shared library; point OSCAR_KERNELS_LIB at the built "
+                      "liboscar_kernels.so")
+    shoff, = struct.unpack_from("<Q", head, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
+    if shoff + shentsize * shnum > size:
+        raise OSError(f"{path}: is truncated ({size} bytes, its headers say at least {shoff + shentsize * shnum}); "
+                      "rebuild it or copy it again")
+
+
 class Kernels:
     """The loaded library. Attribute access gives the raw C functions (signatures declared); call() runs
     a status-returning one and raises OscarError on failure; the cache helpers allocate and free caches."""
@@ -131,9 +148,18 @@ class Kernels:
         if not self.path.is_file():
             raise FileNotFoundError(f"{self.path}: the oscar-kv kernel library is not there; build it "
                                     f"(cmake --build build --target oscar_kernels_shared) or set OSCAR_KERNELS_LIB")
-        self.dll = C.CDLL(str(self.path))
+        check_elf(self.path)
+        try:
+            self.dll = C.CDLL(str(self.path))
+        except OSError as e:
+            raise OSError(f"{self.path}: cannot be loaded as the oscar-kv kernel library ({e}); rebuild it "
+                          "(cmake --build build --target oscar_kernels_shared) or fix OSCAR_KERNELS_LIB") from None
         for name, (res, args) in _SIGNATURES.items():
-            f = getattr(self.dll, name)
+            try:
+                f = getattr(self.dll, name)
+            except AttributeError:
+                raise OSError(f"{self.path}: lacks the function {name}, so it is not the oscar-kv kernel library of this "
+                              "package's version; rebuild it and reinstall the package, or fix OSCAR_KERNELS_LIB") from None
             f.restype, f.argtypes = res, args
 
     def __getattr__(self, name):  # only reached for names the instance lacks: the C functions

@@ -5,6 +5,8 @@ and what to do. Tensors are read duck-typed (shape, dtype, device, is_contiguous
 tensors of any device and on CPU-only machines.
 """
 
+import numbers
+
 FORMATS = ("oscar-cov", "oscar-omni")
 
 
@@ -42,6 +44,19 @@ def check_tensor(name, t, dtype, shape, device=None, what=""):
         raise ValueError(f"{name}: not contiguous (strides {tuple(t.stride())}); pass .contiguous()")
 
 
+def whole(name, v, most=2**31 - 2):
+    """v as a Python int in [1, most], from any integral type (int, numpy and torch integers); else one ValueError."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 and not isinstance(v.item(), (float, bool)):
+            v = v.item()  # a 0-d integer tensor or array
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ValueError(f"{name}: {v!r}; give a positive integer")
+    v = int(v)
+    if v < 1 or v > most:
+        raise ValueError(f"{name}: {v}; give a positive integer of at most {most} (the kernels count in int32)")
+    return v
+
+
 class CacheSpec:
     """The shapes of one quantized cache (either format), checked without a GPU; the cache objects hold one.
 
@@ -51,12 +66,14 @@ class CacheSpec:
     def __init__(self, lib, fmt, batch, num_kv_heads, head_dim, bits, capacity, num_q_heads):
         if fmt not in FORMATS:
             raise ValueError(f"format {fmt!r}: unknown; the kernels implement {', '.join(FORMATS)}")
-        for name, v in (("batch", batch), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
-                        ("capacity", capacity), ("num_q_heads", num_q_heads)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name}: {v!r}; give a positive integer")
-        if bits not in (2, 4):
-            raise ValueError(f"bits: {bits!r}; the kernels store 2 or 4 bits")
+        # ints of any kind (numpy's, torch's 0-d) taken as Python ints; floats and bools refused. The C API counts
+        # in int32: larger values would be truncated by ctypes, so they are refused here.
+        batch, num_kv_heads, head_dim, capacity, num_q_heads = (
+            whole("batch", batch), whole("num_kv_heads", num_kv_heads), whole("head_dim", head_dim),
+            whole("capacity", capacity), whole("num_q_heads", num_q_heads))
+        if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or int(bits) not in (2, 4):
+            raise ValueError(f"bits: {bits!r}; the kernels store 2 or 4 bits (an integer)")
+        bits = int(bits)
         supported = lib.dll.oscar_cov_shape_supported if fmt == "oscar-cov" else lib.dll.oscar_omni_shape_supported
         if not supported(head_dim, bits):
             hds = [d for d in (32, 64, 96, 128, 160, 192, 256, 512) if supported(d, bits)]
@@ -68,8 +85,6 @@ class CacheSpec:
         if num_q_heads // num_kv_heads > group_max:
             raise ValueError(f"num_q_heads {num_q_heads} over {num_kv_heads} KV heads: "
                              f"{num_q_heads // num_kv_heads} query heads per KV head, the kernels take at most {group_max}")
-        if capacity >= 2**31 - 1:
-            raise ValueError(f"capacity {capacity}: the kernels count tokens in int32; give less than 2^31 - 1")
         self.fmt, self.batch, self.num_kv_heads, self.head_dim = fmt, batch, num_kv_heads, head_dim
         self.bits, self.capacity, self.num_q_heads = bits, capacity, num_q_heads
         self.device = None  # "cuda:N" once allocated

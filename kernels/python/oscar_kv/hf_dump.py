@@ -761,5 +761,13 @@ def main():
         die(f"{args.out}: {unexpected(e)}")
 
 
+def run():
+    """The command line: main(), with a Ctrl-C anywhere (the imports and the model's loading included) one line."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        die("interrupted; nothing was written", 130)
+
+
 if __name__ == "__main__":
-    main()
+    run()

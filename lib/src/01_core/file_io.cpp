@@ -20,6 +20,8 @@ static std::vector<uint8_t> read_one(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) fail("{}: no such file", path);
   if (fs::is_directory(path, ec)) fail("{}: is a directory, expected a file", path);
+  if (!fs::is_regular_file(path, ec))  // a FIFO would block in open(), a device never ends
+    fail("{}: is not a regular file (a FIFO, device or socket); give a file", path);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open for reading ({})", path, std::strerror(errno));
   in.seekg(0, std::ios::end);
@@ -36,12 +38,24 @@ std::vector<uint8_t> read_file_bytes(const std::string& path) {
   if (fs::exists(path, ec) || !fs::exists(path + ".part00", ec)) return read_one(path);
   std::vector<uint8_t> all;
   for (int i = 0;; ++i) {
-    const std::string part = fmt::format("{}.part{:02d}", path, i);
+    const std::string part = part_name(path, i);
     if (!fs::exists(part, ec)) break;
     auto b = read_one(part);
     all.insert(all.end(), b.begin(), b.end());
   }
   return all;
+}
+
+std::string part_name(const std::string& base, int i) { return fmt::format("{}.part{:02d}", base, i); }
+
+void remove_parts_from(const std::string& base, int first) {
+  std::error_code ec;
+  for (int i = first; fs::exists(part_name(base, i), ec); ++i) {
+    if (!fs::remove(part_name(base, i), ec) && ec)
+      fail("{}: could not remove this part of an earlier, longer file (reason: {}); remove it by hand, or the parts "
+           "before it will not read back as one file",
+           part_name(base, i), ec.message());
+  }
 }
 
 std::string read_text_file(const std::string& path) {

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/output_files.h"
@@ -120,30 +121,78 @@ void put_f64(H5::H5Object& o, const char* name, double v) {
   a.write(H5::PredType::NATIVE_DOUBLE, &v);
 }
 
+namespace {
+struct LinkVisit {
+  std::string name;   // the first link that is not a hard link
+  H5L_type_t type = H5L_TYPE_HARD;
+};
+herr_t visit_link(hid_t, const char* name, const H5L_info_t* info, void* data) {
+  if (info->type == H5L_TYPE_HARD) return 0;
+  auto* v = static_cast<LinkVisit*>(data);
+  v->name = name;
+  v->type = info->type;
+  return 1;  // stop: one is enough
+}
+}  // namespace
+
+void refuse_links(const H5::H5File& f, const std::string& path, const std::string& fix) {
+  LinkVisit v;
+  if (H5Lvisit(f.getId(), H5_INDEX_NAME, H5_ITER_NATIVE, visit_link, &v) < 0)
+    fail("{}: HDF5 could not list the file's objects; the file is truncated or corrupt: {}", path, fix);
+  if (!v.name.empty())
+    fail("{}: /{} is {} link, which an oscar-kv file never holds (it would make the reader open {}); {}", path, v.name,
+         v.type == H5L_TYPE_EXTERNAL ? "an external" : v.type == H5L_TYPE_SOFT ? "a soft" : "a user-defined",
+         v.type == H5L_TYPE_EXTERNAL ? "another file" : "another object", fix);
+}
+
 H5::Attribute AttrReader::attr(const char* name) const {
-  if (!f.attrExists(name)) fail("{}: missing root attribute '{}'; {}", path, name, fix);
-  return f.openAttribute(name);
+  if (!o.attrExists(name)) fail("{}: missing {} '{}'; {}", path, where, name, fix);
+  H5::Attribute a = o.openAttribute(name);
+  // one value: a scalar space, or a simple space of one element (a null or empty space holds nothing to read)
+  const H5::DataSpace sp = a.getSpace();
+  const H5S_class_t cls = H5Sget_simple_extent_type(sp.getId());
+  if (!(cls == H5S_SCALAR || (cls == H5S_SIMPLE && sp.getSimpleExtentNpoints() == 1)))
+    fail("{}: {} '{}' must hold one value, found {}; {}", path, where, name,
+         cls == H5S_NULL ? std::string("an empty (null) dataspace") : fmt::format("{} values", sp.getSimpleExtentNpoints()),
+         fix);
+  return a;
 }
 std::string AttrReader::str(const char* name) const {
   H5::Attribute a = attr(name);
-  if (a.getTypeClass() != H5T_STRING) fail("{}: root attribute '{}' must be a string", path, name);
+  if (a.getTypeClass() != H5T_STRING) fail("{}: {} '{}' must be a string; {}", path, where, name, fix);
+  const H5::StrType st = a.getStrType();
+  constexpr size_t kMaxString = size_t{64} << 20;
+  if (!st.isVariableStr() && st.getSize() > kMaxString)
+    fail("{}: {} '{}' is a string of {} bytes (at most {} are read); {}", path, where, name, st.getSize(), kMaxString, fix);
   std::string s;
-  a.read(a.getStrType(), s);
+  a.read(st, s);  // one element, checked above: HDF5 writes one string
   return s;
 }
 long long AttrReader::i64(const char* name) const {
   H5::Attribute a = attr(name);
-  if (a.getTypeClass() != H5T_INTEGER || a.getSpace().getSimpleExtentNpoints() != 1)
-    fail("{}: root attribute '{}' must be a scalar integer", path, name);
+  if (a.getTypeClass() != H5T_INTEGER) fail("{}: {} '{}' must be a scalar integer; {}", path, where, name, fix);
+  const H5::IntType it = a.getIntType();
+  if (it.getSize() > 8 || (it.getSize() == 8 && it.getSign() == H5T_SGN_NONE)) {  // might not fit a long long
+    unsigned long long u = 0;
+    if (it.getSize() > 8) fail("{}: {} '{}' is a {}-byte integer; {}", path, where, name, it.getSize(), fix);
+    a.read(H5::PredType::NATIVE_ULLONG, &u);
+    if (u > static_cast<unsigned long long>(std::numeric_limits<long long>::max()))
+      fail("{}: {} '{}' = {} is out of range; {}", path, where, name, u, fix);
+    return static_cast<long long>(u);
+  }
   long long v;
   a.read(H5::PredType::NATIVE_LLONG, &v);
+  return v;
+}
+long long AttrReader::i64_in(const char* name, long long lo, long long hi) const {
+  const long long v = i64(name);
+  if (v < lo || v > hi) fail("{}: {} '{}' = {} must be between {} and {}; {}", path, where, name, v, lo, hi, fix);
   return v;
 }
 double AttrReader::f64(const char* name) const {
   H5::Attribute a = attr(name);
   const auto cls = a.getTypeClass();
-  if ((cls != H5T_FLOAT && cls != H5T_INTEGER) || a.getSpace().getSimpleExtentNpoints() != 1)
-    fail("{}: root attribute '{}' must be a scalar number", path, name);
+  if (cls != H5T_FLOAT && cls != H5T_INTEGER) fail("{}: {} '{}' must be a scalar number; {}", path, where, name, fix);
   double v;
   a.read(H5::PredType::NATIVE_DOUBLE, &v);
   return v;

@@ -17,7 +17,7 @@ namespace oscar::interrupts {
 namespace {
 
 constexpr int kSlots = 128;
-constexpr size_t kPathMax = 1024;
+constexpr size_t kPathMax = 4096;  // PATH_MAX: any path open() takes fits
 
 std::atomic<int> g_state[kSlots];  // 0 free, 1 being filled, 2 live file, 3 live folder
 char g_path[kSlots][kPathMax];
@@ -26,6 +26,8 @@ std::atomic<int> g_hold{0};     // HoldSignals objects alive
 std::atomic<int> g_pending{0};  // a signal that arrived while held
 std::atomic<int> g_dying{0};
 std::atomic<int> g_committed{0};  // outputs moved into place by this run (a late signal then finds them complete)
+char g_mapped[kPathMax] = "";   // the memory-mapped input (register_mapping), named by the SIGBUS message
+std::atomic<int> g_mapped_set{0};
 char g_tool[128] = "oscar";     // set once by install(), before any thread starts
 bool g_installed = false;
 
@@ -48,9 +50,7 @@ const char* sig_name(int sig) {
   }
 }
 
-[[noreturn]] void die(int sig) {
-  if (g_dying.exchange(1) != 0)
-    for (;;) ::pause();  // another thread is already cleaning up and will _exit
+void remove_registered(int sig) {  // stops the plot script (with `sig`), then removes every registered path
   const pid_t child = g_child.load();
   if (child > 0) {
     ::kill(child, sig);
@@ -60,6 +60,25 @@ const char* sig_name(int sig) {
     if (g_state[i].load() == 2) ::unlink(g_path[i]);
   for (int i = 0; i < kSlots; ++i)
     if (g_state[i].load() == 3) ::rmdir(g_path[i]);  // only when empty
+}
+
+// A read of a memory-mapped file past its end: the file shrank while in use (SIGBUS). Not deferrable.
+void bus_handler(int) {
+  if (g_dying.exchange(1) != 0)
+    for (;;) ::pause();
+  remove_registered(SIGTERM);
+  put(g_tool);
+  put(": error: ");
+  put(g_mapped_set.load() ? g_mapped : "an input file");
+  put(": changed or truncated while in use (a read past its end); temporary files removed; do not modify the file "
+      "while a tool reads it, and check it (its sha256) before running again\n");
+  ::_exit(128 + SIGBUS);
+}
+
+[[noreturn]] void die(int sig) {
+  if (g_dying.exchange(1) != 0)
+    for (;;) ::pause();  // another thread is already cleaning up and will _exit
+  remove_registered(sig);
   put(g_tool);
   put(": error: interrupted by ");
   put(sig_name(sig));
@@ -89,6 +108,10 @@ void install(const char* tool) {
   sigaddset(&sa.sa_mask, SIGTERM);
   sigaddset(&sa.sa_mask, SIGHUP);
   for (int s : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(s, &sa, nullptr);
+  struct sigaction bus {};
+  bus.sa_handler = bus_handler;
+  sigfillset(&bus.sa_mask);
+  ::sigaction(SIGBUS, &bus, nullptr);
   ::signal(SIGXFSZ, SIG_IGN);  // kept ignored by child processes too (plot scripts): EFBIG, not death
   g_installed = true;
 }
@@ -114,6 +137,14 @@ int remember_folder(const char* path) { return publish(path, 3); }
 
 void forget(int slot) {
   if (slot >= 0 && slot < kSlots) g_state[slot].store(0);
+}
+
+void register_mapping(const char* path) {
+  g_mapped_set.store(0);
+  const size_t n = std::strlen(path);
+  if (n + 1 > kPathMax) return;
+  std::memcpy(g_mapped, path, n + 1);
+  g_mapped_set.store(1);
 }
 
 void set_child(pid_t pid) { g_child.store(pid); }

@@ -112,8 +112,13 @@ void check_output_file(const fs::path& file, std::uint64_t bytes) {
   }
   check_is_folder(dir, what);
   struct stat st {};
-  if (::stat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-    fail("{}: is a folder, expected a file name; choose another output file", what);
+  if (::stat(file.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) fail("{}: is a folder, expected a file name; choose another output file", what);
+    if (!S_ISREG(st.st_mode))
+      fail("{}: exists and is not a regular file (a device, FIFO or socket), which an output never replaces; choose a "
+           "file name",
+           what);
+  }
   probe(dir, what);
   check_room(dir, what, bytes);
 }
@@ -143,6 +148,31 @@ void check_output_folder(const fs::path& dir, std::uint64_t bytes) {
   }
   probe(probe_dir, what);
   check_room(probe_dir, what, bytes);
+}
+
+void check_not_input(const fs::path& output, const std::vector<fs::path>& inputs) {
+  struct stat out {};
+  const bool exists = ::stat(output.c_str(), &out) == 0;
+  std::error_code ec;
+  const fs::path out_abs = fs::weakly_canonical(fs::absolute(output, ec), ec);
+  for (const fs::path& in : inputs) {
+    if (in.empty()) continue;
+    struct stat st {};
+    bool same = false;
+    if (exists && ::stat(in.c_str(), &st) == 0) {
+      same = st.st_dev == out.st_dev && st.st_ino == out.st_ino;
+    } else {
+      std::error_code ec2;
+      same = !out_abs.empty() && fs::weakly_canonical(fs::absolute(in, ec2), ec2) == out_abs;
+    }
+    if (same)
+      fail("{}: is also an input of this run ({}); writing it would destroy that input: choose another output name",
+           output.string(), in.string());
+  }
+}
+
+void check_not_input(const fs::path& dir, const std::vector<std::string>& names, const std::vector<fs::path>& inputs) {
+  for (const std::string& n : names) check_not_input(dir / n, inputs);
 }
 
 // ---------------- AtomicOutput ----------------

@@ -166,13 +166,19 @@ BpeTokenizer::BpeTokenizer(VocabSpec spec, std::string source) : spec_(std::move
   if (n > 0x7FFFFFFF) fail("{}: {} tokens is more than int32 ids can address", src, n);
   if (!spec_.token_types.empty() && spec_.token_types.size() != n)
     fail("{}: tokenizer.ggml.token_type has {} entries for {} tokens; they must match", src, spec_.token_types.size(), n);
+  for (size_t i = 0; i < spec_.token_types.size(); ++i)  // llama.cpp's types: 0 undefined, 1 normal .. 6 byte
+    if (spec_.token_types[i] < 0 || spec_.token_types[i] > 6)
+      fail("{}: tokenizer.ggml.token_type[{}] = {} is not a token type (0..6); the file's tokenizer metadata is damaged", src,
+           i, spec_.token_types[i]);
   if (!spec_.scores.empty() && spec_.scores.size() != n)
     fail("{}: tokenizer.ggml.scores has {} entries for {} tokens; they must match", src, spec_.scores.size(), n);
   const std::pair<const char*, int> ids[] = {{"bos_token_id", spec_.bos}, {"eos_token_id", spec_.eos},
                                              {"unknown_token_id", spec_.unk}, {"padding_token_id", spec_.pad}};
   for (const auto& [name, id] : ids)
     if (id < -1 || id >= static_cast<int>(n))
-      fail("{}: tokenizer.ggml.{} = {} is outside the vocabulary of {} tokens; use -1 for none", src, name, id, n);
+      fail("{}: tokenizer.ggml.{} = {} is outside the vocabulary of {} tokens; the file's tokenizer metadata is damaged "
+           "(an id is 0..{}, or -1 for none)",
+           src, name, id, n, n - 1);
   if (spec_.add_bos && spec_.bos < 0) fail("{}: add_bos_token is set but there is no bos_token_id", src);
   if (spec_.add_eos && spec_.eos < 0) fail("{}: add_eos_token is set but there is no eos_token_id", src);
 
@@ -302,20 +308,21 @@ void BpeTokenizer::bpe_word(std::string_view word, std::vector<int>& out) const 
       return;
     }
   }
-  std::vector<int> ids(n), next(n), prev(n);
-  for (int i = 0; i < n; ++i) {
-    const auto c = static_cast<unsigned char>(word[i]);
-    ids[i] = byte_token_[c];
-    if (ids[i] < 0) {
-      if (spec_.unk < 0)
-        fail("{}: the vocabulary has no token for byte 0x{:02X} (its GPT-2 alphabet character) and no unknown token",
-             source_, c);
-      ids[i] = spec_.unk;
-    }
-    next[i] = i + 1 < n ? i + 1 : -1;
+  // A byte whose GPT-2 alphabet character the vocabulary lacks is dropped, as Hugging Face's byte-level BPE drops it
+  // (SmolLM2 lacks 21 of them): mapped to the unknown token, which is often <|endoftext|>, it would plant a new
+  // attention sink in the middle of the passage.
+  std::vector<int> ids;
+  ids.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i)
+    if (const int id = byte_token_[static_cast<unsigned char>(word[i])]; id >= 0) ids.push_back(id);
+  const int m = static_cast<int>(ids.size());
+  if (m == 0) return;
+  std::vector<int> next(static_cast<size_t>(m)), prev(static_cast<size_t>(m));
+  for (int i = 0; i < m; ++i) {
+    next[i] = i + 1 < m ? i + 1 : -1;
     prev[i] = i - 1;
   }
-  if (n == 1) {
+  if (m == 1) {
     out.push_back(ids[0]);
     return;
   }
@@ -332,7 +339,7 @@ void BpeTokenizer::bpe_word(std::string_view word, std::vector<int>& out) const 
     if (it != merge_rank_.end())
       heap.push({static_cast<uint32_t>(it->second >> 32), l, ids[l], ids[r], static_cast<int>(it->second & 0xFFFFFFFFu)});
   };
-  for (int i = 0; i + 1 < n; ++i) push(i);
+  for (int i = 0; i + 1 < m; ++i) push(i);
   while (!heap.empty()) {
     const Cand c = heap.top();
     heap.pop();

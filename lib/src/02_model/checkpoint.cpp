@@ -22,7 +22,7 @@ ModelConfig parse_header(const int32_t h[7], const std::string& path) {
   c.n_layers = h[2];
   c.n_heads = h[3];
   c.n_kv_heads = h[4];
-  c.vocab_size = h[5] < 0 ? -h[5] : h[5];
+  c.vocab_size = h[5] == INT32_MIN ? 0 : (h[5] < 0 ? -h[5] : h[5]);  // -INT32_MIN would overflow: refused below
   c.shared_classifier = h[5] > 0;
   c.seq_len = h[6];
   auto bad = [&](const char* what) {

@@ -5,6 +5,7 @@
 // general.alignment; the tensor data, each tensor at its offset from there.
 #include "oscar/02_model/gguf.h"
 
+#include <cmath>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -18,6 +19,8 @@
 #include <unordered_map>
 
 #include "oscar/01_core/error.h"
+#include "oscar/01_core/interrupts.h"
+#include "oscar/01_core/printable.h"
 
 namespace oscar {
 
@@ -251,7 +254,7 @@ GgufFile GgufFile::open(const std::string& path) {
   auto im = std::make_unique<Impl>();
   Impl& f = *im;
   f.path = path;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // O_NONBLOCK: a FIFO is refused below, not waited on
   if (f.fd < 0) fail("{}: cannot open: {}; check the path (a GGUF model file is expected)", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) fail("{}: cannot stat: {}", path, std::strerror(errno));
@@ -262,6 +265,7 @@ GgufFile GgufFile::open(const std::string& path) {
   void* m = ::mmap(nullptr, f.size, PROT_READ, MAP_PRIVATE, f.fd, 0);
   if (m == MAP_FAILED) fail("{}: cannot memory-map {} bytes: {}", path, f.size, std::strerror(errno));
   f.base = static_cast<const uint8_t*>(m);
+  interrupts::register_mapping(path.c_str());  // a file truncated while mapped: one line naming it (SIGBUS)
 
   Cursor c{{f.path, f.base, f.size}};
   const uint8_t* magic = c.take(4, "the magic");
@@ -531,26 +535,30 @@ GgufModelConfig read_model_config(const GgufFile& f) {
     fail("{}: architecture '{}' is not supported (supported: {}); use a model of a supported architecture", path,
          c.architecture, supported);
   const std::string a = c.architecture + ".";
-  c.name = f.has("general.name") ? f.get_string("general.name") : std::filesystem::path(path).stem().string();
-  auto positive = [&](const std::string& key) {
+  c.name = printable_short(f.has("general.name") ? f.get_string("general.name") : std::filesystem::path(path).stem().string(),
+                           120);  // shown in tables and on the terminal: the file's author's text, made safe
+  // Every shape is bounded far above any real model, so that products of them (n_heads * head_dim, dim * vocab)
+  // cannot overflow the int64 arithmetic that sizes tensors and checks shapes.
+  auto positive = [&](const std::string& key, int32_t most = 1 << 20) {
     const int32_t v = f.get_i32(key);
-    if (v <= 0) fail("{}: metadata key '{}' = {} must be positive; the file's metadata is malformed", path, key, v);
+    if (v <= 0 || v > most)
+      fail("{}: metadata key '{}' = {} must be between 1 and {}; the file's metadata is malformed", path, key, v, most);
     return static_cast<int>(v);
   };
-  c.n_layers = positive(a + "block_count");
+  c.n_layers = positive(a + "block_count", 4096);
   c.dim = positive(a + "embedding_length");
-  c.ffn_dim = positive(a + "feed_forward_length");
-  c.n_heads = positive(a + "attention.head_count");
+  c.ffn_dim = positive(a + "feed_forward_length", 1 << 22);
+  c.n_heads = positive(a + "attention.head_count", 4096);
   if (f.has(a + "attention.head_count_kv") && f.value_type(a + "attention.head_count_kv") == GgufValueType::ARRAY)
     fail("{}: '{}attention.head_count_kv' varies per layer, which oscar-kv does not support; use a model with one KV "
          "head count",
          path, a);
-  c.n_kv_heads = f.has(a + "attention.head_count_kv") ? positive(a + "attention.head_count_kv") : c.n_heads;
+  c.n_kv_heads = f.has(a + "attention.head_count_kv") ? positive(a + "attention.head_count_kv", 4096) : c.n_heads;
   if (c.n_heads % c.n_kv_heads != 0)
     fail("{}: {} query heads are not a multiple of {} KV heads; the file's metadata is malformed", path, c.n_heads,
          c.n_kv_heads);
   if (f.has(a + "attention.key_length")) {
-    c.head_dim = positive(a + "attention.key_length");
+    c.head_dim = positive(a + "attention.key_length", 8192);
   } else {
     if (c.dim % c.n_heads != 0)
       fail("{}: embedding length {} is not a multiple of {} heads and '{}attention.key_length' is absent; the file's "
@@ -566,21 +574,25 @@ GgufModelConfig read_model_config(const GgufFile& f) {
     fail("{}: RoPE over {} dimensions of a {}-dimensional head is not possible; the file's metadata is malformed", path,
          c.rope_dims, c.head_dim);
   if (f.has(a + "rope.freq_base")) c.rope_base = f.get_f64(a + "rope.freq_base");
-  if (!(c.rope_base > 1.0))
-    fail("{}: '{}rope.freq_base' = {} must exceed 1; the file's metadata is malformed", path, a, c.rope_base);
+  if (!(c.rope_base > 1.0) || !std::isfinite(c.rope_base) || c.rope_base > 1e12)
+    fail("{}: '{}rope.freq_base' = {} must be a finite number between 1 and 1e12; the file's metadata is malformed", path,
+         a, c.rope_base);
   c.rope_convention = c.architecture == "llama" ? "adjacent-pairs" : "half-split";
   if (f.has(a + "rope.scaling.type")) {
     c.rope_scaling = f.get_string(a + "rope.scaling.type");
     if (c.rope_scaling == "none") c.rope_scaling.clear();
   }
   if (f.has(a + "rope.scaling.factor")) c.rope_scaling_factor = f.get_f64(a + "rope.scaling.factor");
+  if (!std::isfinite(c.rope_scaling_factor) || c.rope_scaling_factor <= 0)
+    fail("{}: '{}rope.scaling.factor' = {} must be a finite positive number; the file's metadata is malformed", path, a,
+         c.rope_scaling_factor);
   c.rope_freq_factors = f.has_tensor("rope_freqs.weight");
   c.rms_eps = f.get_f64(a + "attention.layer_norm_rms_epsilon");
   if (!(c.rms_eps > 0 && c.rms_eps < 1))
     fail("{}: '{}attention.layer_norm_rms_epsilon' = {} is not a small positive number; the file's metadata is "
          "malformed",
          path, a, c.rms_eps);
-  c.context_length = positive(a + "context_length");
+  c.context_length = positive(a + "context_length", 1 << 30);
 
   for (const char* key : {"tokenizer.ggml.model", "tokenizer.ggml.tokens"})
     if (!f.has(key))

@@ -3,6 +3,7 @@
 // streamed lazily.
 #include "oscar/02_model/gguf_model.h"
 
+#include <cmath>
 #include <openssl/evp.h>
 
 #include <filesystem>
@@ -54,6 +55,11 @@ struct GgufModel::Impl {
            path, tensor, t.shape_string(), n);
     std::vector<float>& v = vectors.emplace_back(static_cast<size_t>(n));
     dequantize_rows(t, 0, 1, v.data());
+    for (int64_t i = 0; i < n; ++i)  // a norm weight or bias is small: checked whole before it is trusted
+      if (!std::isfinite(v[static_cast<size_t>(i)]))
+        fail("{}: tensor '{}' holds a non-finite value ({}) at index {}; the file is damaged: check its sha256 or fetch "
+             "it again",
+             path, tensor, v[static_cast<size_t>(i)], i);
     return v.data();
   }
 };

@@ -2,14 +2,25 @@
 #include "oscar/02_model/loaded_model.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "oscar/01_core/error.h"
 #include "oscar/02_model/gguf_vocab.h"
 
 namespace oscar {
 
-bool is_gguf(const std::string& path) { return std::filesystem::path(path).extension() == ".gguf"; }
+// By content, not by name: a file starting with the GGUF magic is a GGUF whatever it is called (a .bin GGUF is common).
+// A non-regular file is left to the loaders, which refuse it without blocking.
+bool is_gguf(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::path(path).extension() == ".gguf") return true;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
 
 LoadedModel LoadedModel::load(const std::string& model, const std::string& tokenizer, const char* tokenizer_option) {
   LoadedModel m;

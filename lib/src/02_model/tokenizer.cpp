@@ -4,6 +4,7 @@
 // order in the linked list never changes, so the same merge is chosen at every step.
 #include "oscar/02_model/tokenizer.h"
 
+#include <cmath>
 #include <cstring>
 #include <queue>
 
@@ -30,6 +31,8 @@ Tokenizer Tokenizer::load(const std::string& path, int vocab_size) {
     o += 8;
     if (len < 0 || len > 1024 || o + static_cast<size_t>(len) > raw.size())
       fail("{}: corrupt tokenizer entry {} (length {}); the file is truncated or not a llama2.c tokenizer", path, i, len);
+    if (!std::isfinite(score))
+      fail("{}: token {} has a non-finite merge score ({}); the file is damaged or not a llama2.c tokenizer", path, i, score);
     t.vocab_.emplace_back(reinterpret_cast<const char*>(raw.data() + o), static_cast<size_t>(len));
     t.scores_.push_back(score);
     o += static_cast<size_t>(len);
@@ -60,7 +63,15 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool bos, bool eos) co
     if (id >= 0) {
       ids.push_back(id);
     } else {
-      for (size_t j = 0; j < n; ++j) ids.push_back(static_cast<unsigned char>(text[i + j]) + 3);
+      for (size_t j = 0; j < n; ++j) {  // run.c's byte fallback: tokens 3..258 are the bytes <0x00>..<0xFF>
+        const unsigned byte = static_cast<unsigned char>(text[i + j]);
+        if (byte + 3 >= vocab_.size())
+          fail("{}: the text holds byte 0x{:02X} (at byte {}), which is not in the vocabulary, and the tokenizer's {} tokens "
+               "have no byte fallback for it (it needs 259); remove such characters from the text or use a tokenizer "
+               "with byte tokens",
+               path_, byte, i + j, vocab_.size());
+        ids.push_back(static_cast<int>(byte) + 3);
+      }
     }
     i += n;
   }

@@ -10,12 +10,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <regex>
 
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
 #include "oscar/01_core/h5_attrs.h"
+#include "oscar/01_core/isolated.h"
 #include "oscar/float_formats.h"
 
 namespace oscar {
@@ -54,42 +56,24 @@ std::mutex& h5_read_lock() {
   return m;
 }
 
-// Per-layer attribute readers: errors name the file, the layer group and the attribute.
+// Per-layer attribute readers (h5::AttrReader's checks): errors name the file, the layer group and the attribute.
 struct LayerAttrs {
   const H5::Group& g;
   const std::string& path;
   std::string group;
-  H5::Attribute attr(const char* name) const {
+  h5::AttrReader reader() const {
+    return h5::AttrReader{g, path, "re-create the dump", "/" + group + " attribute"};
+  }
+  void require(const char* name) const {
     if (!g.attrExists(name))
       fail("{}: /{} lacks attribute '{}', which dump format v2 requires on every layer; the producer wrote an "
            "incomplete v2 file: re-create the dump with oscar-dump or experiments/hf_dump.py",
            path, group, name);
-    return g.openAttribute(name);
   }
-  std::string str(const char* name) const {
-    H5::Attribute a = attr(name);
-    if (a.getTypeClass() != H5T_STRING) fail("{}: /{} attribute '{}' must be a string; re-create the dump", path, group, name);
-    std::string s;
-    a.read(a.getStrType(), s);
-    return s;
-  }
-  long long i64(const char* name) const {
-    H5::Attribute a = attr(name);
-    if (a.getTypeClass() != H5T_INTEGER || a.getSpace().getSimpleExtentNpoints() != 1)
-      fail("{}: /{} attribute '{}' must be a scalar integer; re-create the dump", path, group, name);
-    long long v;
-    a.read(H5::PredType::NATIVE_LLONG, &v);
-    return v;
-  }
-  double f64(const char* name) const {
-    H5::Attribute a = attr(name);
-    const auto cls = a.getTypeClass();
-    if ((cls != H5T_FLOAT && cls != H5T_INTEGER) || a.getSpace().getSimpleExtentNpoints() != 1)
-      fail("{}: /{} attribute '{}' must be a scalar number; re-create the dump", path, group, name);
-    double v;
-    a.read(H5::PredType::NATIVE_DOUBLE, &v);
-    return v;
-  }
+  std::string str(const char* name) const { return require(name), reader().str(name); }
+  long long i64(const char* name) const { return require(name), reader().i64(name); }
+  long long i64_in(const char* name, long long lo, long long hi) const { return require(name), reader().i64_in(name, lo, hi); }
+  double f64(const char* name) const { return require(name), reader().f64(name); }
 };
 
 // Index of the first half-precision NaN or Inf in p[0..n), or n.
@@ -293,6 +277,8 @@ struct DumpReader::Impl {
   std::vector<std::string> text;
   std::unique_ptr<std::atomic<bool>[]> layer_checked;  // every tensor of the layer checked for NaN/Inf
 
+  void open(const std::string& file_path);  // opens and validates the dump's structure (the constructor's work)
+
   // Reads the whole dataset /layer/tensor into `out` (float32) or `half` (float16 bits, no conversion).
   void read_raw(int layer, const std::string& tensor, std::vector<float>* out, std::vector<uint16_t>* half) const {
     std::lock_guard<std::mutex> lock(h5_read_lock());
@@ -322,7 +308,17 @@ void DumpReader::no_pre_rope(const std::string& tensor) const {
 
 DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
   h5::silence();
-  impl_->path = path;
+  // The system's libhdf5 (1.10.8) crashes, hangs or exhausts memory on some crafted files: the structure is read in a
+  // child process first, so that such a file ends in one error naming it (isolated.h).
+  probe_in_child(path, "reading its structure with the HDF5 library (" H5_VERS_INFO ")",
+                 "re-create the dump with oscar-dump or experiments/hf_dump.py, and never open untrusted dumps elsewhere",
+                 [&] { Impl().open(path); });
+  impl_->open(path);
+}
+
+void DumpReader::Impl::open(const std::string& file_path) {
+  h5::silence();
+  path = file_path;
   {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) fail("{}: no such file", path);
@@ -331,13 +327,14 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
   if (H5::H5File::isHdf5(path.c_str()) <= 0)
     fail("{}: not an HDF5 file, or truncated or corrupt (no valid HDF5 signature); re-create the dump", path);
   try {
-    impl_->file = std::make_unique<H5::H5File>(path, H5F_ACC_RDONLY);
+    file = std::make_unique<H5::H5File>(path, H5F_ACC_RDONLY);
   } catch (const H5::Exception& e) {
     fail("{}: cannot open as HDF5 ({}); the file is truncated or corrupt: re-create the dump", path, e.getDetailMsg());
   }
-  const H5::H5File& f = *impl_->file;
-  DumpInfo& I = impl_->info;
+  const H5::H5File& f = *file;
+  DumpInfo& I = info;
   try {
+    h5::refuse_links(f, path, "re-create the dump with oscar-dump or experiments/hf_dump.py");
     const h5::AttrReader A{f, path, "this file does not follow the oscar-kv dump schema (see README, 'Dump format')"};
     const std::string format = A.str("format");
     if (format != kDumpFormat) fail("{}: attribute format='{}', expected '{}'", path, format, kDumpFormat);
@@ -349,14 +346,15 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
     I.format_version = static_cast<int>(version);
     I.model_name = A.str("model_name");
     I.checkpoint_sha256 = A.str("checkpoint_sha256");
-    I.n_layers = static_cast<int>(A.i64("n_layers"));
-    I.n_heads = static_cast<int>(A.i64("n_heads"));
-    I.n_kv_heads = static_cast<int>(A.i64("n_kv_heads"));
-    I.head_dim = static_cast<int>(A.i64("head_dim"));
+    // bounded before they size anything: no model has more (the tokens: 2^31 is far beyond any context)
+    I.n_layers = static_cast<int>(A.i64_in("n_layers", 1, 4096));
+    I.n_heads = static_cast<int>(A.i64_in("n_heads", 1, 4096));
+    I.n_kv_heads = static_cast<int>(A.i64_in("n_kv_heads", 1, 4096));
+    I.head_dim = static_cast<int>(A.i64_in("head_dim", 1, 8192));
     I.rope_convention = A.str("rope_convention");
     I.rope_theta = A.f64("rope_theta");
     I.text_source = A.str("text_source");
-    I.token_count = static_cast<long>(A.i64("token_count"));
+    I.token_count = static_cast<long>(A.i64_in("token_count", 1, std::numeric_limits<int>::max()));
     I.storage_dtype = A.str("storage_dtype");
     if (f.attrExists("mean_next_token_loss")) I.mean_next_token_loss = A.f64("mean_next_token_loss");
     if (f.attrExists("producer")) I.producer = A.str("producer");
@@ -390,13 +388,13 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
       fail("{}: rope_convention='{}', expected adjacent-pairs or half-split{}", path, I.rope_convention,
            version >= 2 ? " or none" : "");
     if (!f.nameExists("token_ids")) fail("{}: dataset /token_ids is missing", path);
-    H5::DataSet ids = f.openDataSet("token_ids");
-    if (ids.getTypeClass() != H5T_INTEGER || ids.getSpace().getSimpleExtentNdims() != 1 ||
-        ids.getSpace().getSimpleExtentNpoints() != I.token_count)
+    H5::DataSet ids_ds = f.openDataSet("token_ids");
+    if (ids_ds.getTypeClass() != H5T_INTEGER || ids_ds.getSpace().getSimpleExtentNdims() != 1 ||
+        ids_ds.getSpace().getSimpleExtentNpoints() != I.token_count)
       fail("{}: /token_ids must be integer [token_count={}], found {} values", path, I.token_count,
-           ids.getSpace().getSimpleExtentNpoints());
-    impl_->ids.resize(I.token_count);
-    ids.read(impl_->ids.data(), H5::PredType::NATIVE_INT);
+           ids_ds.getSpace().getSimpleExtentNpoints());
+    ids.resize(I.token_count);
+    ids_ds.read(ids.data(), H5::PredType::NATIVE_INT);
     if (f.nameExists("token_text")) {
       H5::DataSet tt = f.openDataSet("token_text");
       if (tt.getTypeClass() != H5T_STRING || tt.getSpace().getSimpleExtentNpoints() != I.token_count)
@@ -406,7 +404,7 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
         std::vector<char*> ptrs(I.token_count, nullptr);
         H5::StrType mt(H5::PredType::C_S1, H5T_VARIABLE);
         tt.read(ptrs.data(), mt);
-        for (char* p : ptrs) impl_->text.emplace_back(p ? p : "");
+        for (char* p : ptrs) text.emplace_back(p ? p : "");
         H5Dvlen_reclaim(mt.getId(), tt.getSpace().getId(), H5P_DEFAULT, ptrs.data());
       } else {
         const size_t w = st.getSize();
@@ -415,7 +413,7 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
         for (long i = 0; i < I.token_count; ++i) {
           std::string s(buf.data() + i * w, w);
           s.resize(std::strlen(s.c_str()));
-          impl_->text.push_back(s);
+          text.push_back(s);
         }
       }
     }
@@ -438,8 +436,8 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
                "incomplete: re-create it",
                path, layer_group(l), I.n_layers, groups);
     }
-    impl_->layer_checked = std::make_unique<std::atomic<bool>[]>(I.n_layers);
-    for (int l = 0; l < I.n_layers; ++l) impl_->layer_checked[l] = false;
+    layer_checked = std::make_unique<std::atomic<bool>[]>(I.n_layers);
+    for (int l = 0; l < I.n_layers; ++l) layer_checked[l] = false;
     for (int l = 0; l < I.n_layers; ++l) {
       const std::string g = layer_group(l);
       if (!f.nameExists(g))
@@ -452,7 +450,7 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
         a.sliding_window = static_cast<long>(LA.i64("sliding_window"));
         a.softcap = LA.f64("softcap");
         a.rope_convention = LA.str("rope_convention");
-        a.rotary_dim = static_cast<int>(LA.i64("rotary_dim"));
+        a.rotary_dim = static_cast<int>(LA.i64_in("rotary_dim", 0, 8192));
         a.rope_theta = LA.f64("rope_theta");
         if (grp.nameExists("sinks")) {
           H5::DataSet ds = grp.openDataSet("sinks");

@@ -17,10 +17,19 @@
 
 namespace oscar {
 
+namespace {
+long first_nonfinite_row(const MatrixRM& m) {
+  for (long t = 0; t < m.rows(); ++t)
+    if (!m.row(t).allFinite()) return t;
+  return -1;
+}
+}  // namespace
+
 DumpSummary dump_passage(const DumpRequest& req) {
   const auto t0 = std::chrono::steady_clock::now();
   if (req.dtype != "float32" && req.dtype != "float16") fail("--dtype {} is not supported (use float32 or float16)", req.dtype);
   check_output_file(req.out);  // before loading anything; DumpWriter checks the room once the size is known
+  check_not_input(req.out, {req.model, req.tokenizer, req.text});
   const LoadedModel lm = LoadedModel::load(req.model, req.tokenizer);
   const ModelConfig& cfg = lm.config;
   const auto lines = read_lines(req.text);
@@ -49,6 +58,12 @@ DumpSummary dump_passage(const DumpRequest& req) {
   DumpWriter w(req.out, info, p.tokens, text);
   Progress bar("forward + dump", cfg.n_layers, req.progress);
   const MatrixRM logits = model.forward(p.tokens, cache, [&](const LayerQKV& a) {
+    // a damaged model shows here first: name it, not the tokenizer or the output file
+    for (const auto& [name, m] : {std::pair<const char*, const MatrixRM*>{"q", &a.q}, {"k", &a.k}, {"v", &a.v}})
+      if (const long t = first_nonfinite_row(*m); t >= 0)
+        fail("{}: layer {}'s {} at position {} is not finite (NaN or infinity); the model file is damaged or its weights "
+             "overflow: check its sha256 or fetch it again",
+             req.model, a.layer, name, a.first_position + t);
     w.write_layer(a);  // streamed: each layer goes to disk as the forward pass produces it
     bar.advance();
   });
@@ -59,6 +74,10 @@ DumpSummary dump_passage(const DumpRequest& req) {
   s.first_line = p.first_line;
   s.context = cfg.seq_len;
   s.cut = p.cut;
+  if (const long t = first_nonfinite_row(logits); t >= 0)
+    fail("{}: the logits at position {} are not finite (NaN or infinity); the model file is damaged or its weights "
+         "overflow: check its sha256 or fetch it again",
+         req.model, t);
   s.mean_loss = mean_next_token_loss(logits, p.tokens);
   const double uniform = std::log(static_cast<double>(cfg.vocab_size));
   if (!(s.mean_loss <= uniform)) {  // NaN too

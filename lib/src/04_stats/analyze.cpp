@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "oscar/01_core/error.h"
+#include "oscar/01_core/output_files.h"
 #include "oscar/01_core/file_io.h"
 #include "oscar/01_core/printable.h"
 #include "oscar/01_core/stats.h"
@@ -284,7 +285,7 @@ std::string tni_json(const TniReport& r, int max_outliers) {
                          {"n_outliers", row.stats.outliers.size()},
                          {"outliers", o}});
   }
-  return j.dump(1) + "\n";
+  return j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";  // non-UTF-8 text from a dump: U+FFFD
 }
 
 std::string token_norms_csv(const TniReport& r) {
@@ -305,10 +306,14 @@ std::string channel_absmax_csv(const TniReport& r) {
 
 }  // namespace
 
-void check_tni_outputs(const TniOutputs& o) {
-  if (!o.csv.empty()) check_output_file(o.csv);
-  if (!o.json.empty()) check_output_file(o.json);
-  if (!o.plots.empty()) check_output_folder(o.plots);
+void check_tni_outputs(const TniOutputs& o, const std::string& dump) {
+  const std::vector<std::filesystem::path> inputs{dump};
+  if (!o.csv.empty()) check_output_file(o.csv), check_not_input(o.csv, inputs);
+  if (!o.json.empty()) check_output_file(o.json), check_not_input(o.json, inputs);
+  if (!o.plots.empty())
+    check_output_folder(o.plots),
+        check_not_input(o.plots, {"token_norms.csv", "channel_absmax.csv", "token_norms.png", "channel_absmax.png",
+                                  "sinks.csv", "sinks.png"}, inputs);
   if (!o.plots.empty()) check_plotting("tni_plots.py"), check_plotting("sinks_plot.py");
 }
 

@@ -312,6 +312,7 @@ CovarianceRotations load_covariance_rotations(const std::string& path) {
   CovarianceRotations c;
   try {
     const H5::H5File f(path, H5F_ACC_RDONLY);
+    h5::refuse_links(f, path, "re-run the calibration");
     const Reader R{{f, path, "this is not an oscar-kv rotations file (re-run the calibration)"}};
     const std::string format = R.str("format");
     if (format != kRotFormat) fail("{}: attribute format='{}', expected '{}'", path, format, kRotFormat);

@@ -4,6 +4,7 @@
 
 #include <H5Cpp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -124,6 +125,7 @@ KernelRotations kernel_rotations(const Recipe& r, int n_layers, int head_dim, in
 KernelRotations run_kernel_rotations(const KernelRotationRequest& req) {
   if (req.out.empty()) fail("--out is empty; name the rotations file to write (e.g. rot.h5)");
   check_output_file(req.out);  // before any work: a missing folder or an unwritable place fails at once
+  check_not_input(req.out, {req.calib, req.recipe.ends_with(".yaml") ? req.recipe : std::string()});
   const RecipeFile rf = req.recipe.ends_with(".yaml") ? load_recipe_file(req.recipe) : load_preset(req.recipe);
   const Recipe& r = rf.recipe;
   if (req.calib.empty()) {
@@ -133,6 +135,16 @@ KernelRotations run_kernel_rotations(const KernelRotationRequest& req) {
            r.name);
     if (req.head_dim <= 0)
       fail("recipe {} needs the model's head_dim; pass --head-dim (e.g. 128) or --calib DUMP.h5 (a dump of the model)", r.name);
+    // Dense matrices (random orthogonal ones, keys and values) for every layer: bounded before any is drawn.
+    const bool dense = kind_of(r.key_rotation.kind) == KernelRotationKind::Matrix ||
+                       kind_of(r.value_rotation.kind) == KernelRotationKind::Matrix;
+    const uint64_t bytes = !dense ? 0 : 2ull * static_cast<uint64_t>(std::max(req.layers, 1)) * static_cast<uint64_t>(req.head_dim) *
+                           static_cast<uint64_t>(req.head_dim) * sizeof(float);
+    if (bytes > (uint64_t{4} << 30))
+      fail("--layers {} --head-dim {}: the rotations would take {:.1f} GB (at most 4 GB are written); check the model's "
+           "shape",
+           req.layers, req.head_dim, static_cast<double>(bytes) / 1e9);
+    check_output_file(req.out, bytes);  // and room for them
     KernelRotations k = kernel_rotations(r, req.layers, req.head_dim, req.kv_heads, nullptr, fmt::format("--head-dim {}", req.head_dim));
     save_kernel_rotations(k, req.out);
     return k;
@@ -219,6 +231,7 @@ KernelRotations load_kernel_rotations(const std::string& path) {
   KernelRotations k;
   try {
     const H5::H5File f(path, H5F_ACC_RDONLY);
+    h5::refuse_links(f, path, redo);
     const h5::AttrReader R{f, path, "this is not an oscar-rotate kernel rotations file (" + redo + ")"};
     const std::string format = R.str("format");
     if (format != kFormat) fail("{}: attribute format='{}', expected '{}'; {}", path, format, kFormat, redo);

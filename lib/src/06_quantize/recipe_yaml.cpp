@@ -183,7 +183,8 @@ void yaml_check_keys(const YAML::Node& n, const std::string& file, const std::st
                      const std::vector<std::string>& allowed) {
   if (!n.IsMap()) fail("{}: {} must be a map of key: value", yaml_where(n, file), what);
   for (auto it = n.begin(); it != n.end(); ++it) {
-    const std::string k = it->first.as<std::string>();
+    if (!it->first.IsScalar()) fail("{}: a key of {} must be a name, not a list or a map", yaml_where(it->first, file), what);
+    const std::string k = it->first.Scalar();
     if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
       std::string list;
       for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
@@ -258,7 +259,11 @@ RecipeFile load_recipe_file(const std::string& path) {
   } catch (const YAML::ParserException& e) {
     fail("{}:{}: YAML syntax error: {}", path, e.mark.line + 1, e.msg);
   }
-  return parse_recipe_entry(n, path);
+  try {
+    return parse_recipe_entry(n, path);
+  } catch (const YAML::Exception& e) {  // a value of a kind no check above expected: still the file and the line
+    fail("{}:{}: a value of the wrong kind ({}); see README's recipe keys", path, e.mark.line + 1, e.msg);
+  }
 }
 
 RecipeFile parse_recipe_entry(const YAML::Node& node, const std::string& file) {

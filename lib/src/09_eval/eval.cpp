@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "oscar/01_core/error.h"
+#include "oscar/01_core/output_files.h"
 #include "oscar/01_core/progress.h"
 #include "oscar/02_model/loaded_model.h"
 #include "oscar/02_model/model.h"
@@ -85,8 +86,11 @@ std::string describe(const std::string& text, const PassageOrigin& o, const std:
 
 void validate_eval_options(const EvalRequest& req) {
   if (req.bits.empty()) fail("--bits names no bit width; give at least one, e.g. --bits 2");
-  for (int b : req.bits)
-    if (b < 1 || b > 8) fail("--bits {} out of range; use 1..8", b);
+  for (size_t i = 0; i < req.bits.size(); ++i) {
+    if (req.bits[i] < 1 || req.bits[i] > 8) fail("--bits {} out of range; use 1..8", req.bits[i]);
+    if (std::find(req.bits.begin(), req.bits.begin() + static_cast<long>(i), req.bits[i]) != req.bits.begin() + static_cast<long>(i))
+      fail("--bits names {} twice; give each width once", req.bits[i]);
+  }
   if (req.tokens != 0 && req.tokens != kAllTokens && req.tokens < 2)
     fail("--tokens {} is too few: the evaluated passage needs at least 2 tokens (BOS and one to predict)", req.tokens);
   if (req.calib_tokens != 0 && req.calib_tokens != kAllTokens && req.calib_tokens < 2)
@@ -123,7 +127,11 @@ EvalResult run_eval(const EvalRequest& req) {
   // ---- every check before any work ----
   validate_eval_options(req);
   if (req.recipes.empty()) fail("--recipes names no recipe; give at least one preset or recipe file, e.g. --recipes fp16,kivi");
-  if (!req.out.empty()) check_output_folder(req.out);
+  if (!req.out.empty()) {
+    check_output_folder(req.out);
+    check_not_input(req.out, {"eval.csv", "eval.md", "eval.json", "recall.csv", "recall.png"},
+                    {req.model, req.tokenizer, req.text, req.calib_text, req.calib_dump});
+  }
   const LoadedModel lm = LoadedModel::load(req.model, req.tokenizer);
   const ModelConfig& mc = lm.config;
   const auto lines = read_lines(req.text);

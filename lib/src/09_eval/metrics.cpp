@@ -21,6 +21,10 @@ LogitAgreement compare_logits(const MatrixRM& ref, const MatrixRM& q, long rows)
     fail("internal: comparing logits of {}x{} and {}x{} over {} rows", ref.rows(), ref.cols(), q.rows(), q.cols(), rows);
   LogitAgreement r;
   for (long t = 0; t < rows; ++t) {
+    if (!ref.row(t).allFinite() || !q.row(t).allFinite())  // no metric on NaN rows (argmax of two NaN rows "agrees")
+      fail("the logits at position {} are not finite (NaN or infinity); no agreement is computed on them: the model or "
+           "the recipe's cache is broken",
+           t);
     const Eigen::VectorXd a = log_softmax(ref.row(t)), b = log_softmax(q.row(t));
     r.kl_rows.push_back((a.array().exp() * (a - b).array()).sum());
     Eigen::Index ia, ib;

@@ -217,23 +217,21 @@ void write_eval_outputs(const EvalRequest& req, const EvalResult& r, const std::
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) fail("{}: cannot create the output folder ({}); choose another --out", out_dir, ec.message());
-  AtomicOutput csv(fs::path(out_dir) / "eval.csv"), md(fs::path(out_dir) / "eval.md"), js(fs::path(out_dir) / "eval.json");
-  auto put = [](AtomicOutput& o, const std::string& text) { o.write(text); };  // errors name the file and the reason
-  put(csv, eval_csv(r));
-  put(md, eval_markdown(req, r));
-  put(js, eval_json(req, r));
-  std::unique_ptr<AtomicOutput> rcsv, rpng;
+  OutputSet set;  // all of them or none
+  const fs::path dir(out_dir);
+  set.add(dir / "eval.csv").write(eval_csv(r));  // write errors name the file and the reason
+  set.add(dir / "eval.md").write(eval_markdown(req, r));
+  set.add(dir / "eval.json").write(eval_json(req, r));
   if (!r.recall.empty()) {
-    rcsv = std::make_unique<AtomicOutput>(fs::path(out_dir) / "recall.csv");
-    rpng = std::make_unique<AtomicOutput>(fs::path(out_dir) / "recall.png");
-    put(*rcsv, recall_csv(r));
-    run_python(plots_script("recall.py"), {rcsv->temp_path().string(), rpng->temp_path().string(), r.model_name},
-               rpng->final_path().string());
+    AtomicOutput& rcsv = set.add(dir / "recall.csv");
+    AtomicOutput& rpng = set.add(dir / "recall.png");
+    rcsv.write(recall_csv(r));
+    run_python(plots_script("recall.py"), {rcsv.temp_path().string(), rpng.temp_path().string(), r.model_name},
+               rpng.final_path().string());
   }
-  csv.commit();
-  md.commit();
-  js.commit();
-  if (rcsv) rcsv->commit(), rpng->commit();
+  set.commit();
+  if (r.recall.empty())  // an earlier run's recall outputs would read as this run's
+    for (const char* stale : {"recall.csv", "recall.png"}) fs::remove(dir / stale, ec);
 }
 
 }  // namespace oscar

@@ -19,6 +19,7 @@
 #include "oscar/03_dump/dump.h"
 #include "oscar/03_dump/layer_source.h"
 #include "oscar/01_core/error.h"
+#include "oscar/01_core/output_files.h"
 #include "oscar/01_core/file_io.h"
 #include "oscar/01_core/version.h"
 #include "oscar/11_report/plotting.h"
@@ -43,7 +44,20 @@ std::string rel_to(const std::string& file, const std::string& p) {
 
 }  // namespace
 
+namespace {
+SweepConfig parse_sweep_config(const std::string& path);
+}  // namespace
+
 SweepConfig load_sweep_config(const std::string& path) {
+  try {
+    return parse_sweep_config(path);
+  } catch (const YAML::Exception& e) {  // a value of a kind no check expected: still the file and the line
+    fail("{}:{}: a value of the wrong kind ({}); see README's sweep config keys", path, e.mark.line + 1, e.msg);
+  }
+}
+
+namespace {
+SweepConfig parse_sweep_config(const std::string& path) {
   YAML::Node n;
   try {
     n = YAML::LoadFile(path);
@@ -134,6 +148,7 @@ SweepConfig load_sweep_config(const std::string& path) {
     if (!names.insert(r.recipe.name).second) fail("{}: two recipes are named '{}'; give one a distinct name:", path, r.recipe.name);
   return c;
 }
+}  // namespace
 
 VerdictMetric sweep_metric(const std::string& name) {
   if (name == "kl") return {"kl", "attention KL(full ‖ quantized)", false, "(layer, KV head) rows", 1};
@@ -479,6 +494,9 @@ std::string summary_json(const SweepConfig& cfg, const SweepResult& r) {
 
 void check_sweep_output(const SweepConfig& cfg) {
   check_output_folder(cfg.output);
+  std::vector<fs::path> inputs{cfg.file};
+  for (const SweepDump& d : cfg.dumps) inputs.insert(inputs.end(), {d.path, d.calibration});
+  check_not_input(cfg.output, {"layers.csv", "summary.csv", "summary.md", "summary.json", "pareto.png"}, inputs);
   check_plotting("pareto.py");
 }
 

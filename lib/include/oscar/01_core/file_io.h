@@ -14,6 +14,11 @@ namespace oscar {
 // path.part00, path.part01, ... in order. Throws Error naming the file when it cannot be read.
 std::vector<uint8_t> read_file_bytes(const std::string& path);
 
+// The name of part i of a split file: BASE.partII.
+std::string part_name(const std::string& base, int i);
+// Removes BASE.partFIRST, BASE.partFIRST+1, ... up to the first missing one: what an earlier, longer file left.
+void remove_parts_from(const std::string& base, int first);
+
 // Reads a text file; transparently gunzips when the file starts with the gzip magic bytes.
 std::string read_text_file(const std::string& path);
 

@@ -46,13 +46,22 @@ class OutputFile {
   std::unique_ptr<H5::H5File> file_;
 };
 
+// Attribute readers for files from strangers: the type class, the dataspace (scalar or one element; a string array,
+// a null or empty space is refused before HDF5 reads anything) and the size of a fixed-length string are checked first.
+// `o` is the file (root attributes) or a group; errors read "PATH: WHERE 'NAME' ...; FIX".
+// Refuses a file holding a soft or external link anywhere (one error naming the file, the link and `fix`): an
+// oscar-kv file holds only hard links, and an external link would make the reader open another file silently.
+void refuse_links(const H5::H5File& f, const std::string& path, const std::string& fix);
+
 struct AttrReader {
-  const H5::H5File& f;
+  const H5::H5Object& o;
   const std::string& path;
-  std::string fix;  // appended to "missing root attribute" errors
+  std::string fix;                        // appended to every error: what to do
+  std::string where = "root attribute";   // how errors name the attribute's place, e.g. "/layer_03 attribute"
   H5::Attribute attr(const char* name) const;
   std::string str(const char* name) const;   // fixed or variable length
-  long long i64(const char* name) const;     // any integer type
+  long long i64(const char* name) const;     // any integer type that fits in 64 bits
+  long long i64_in(const char* name, long long lo, long long hi) const;  // an integer within [lo, hi]
   double f64(const char* name) const;        // any float or integer type
 };
 

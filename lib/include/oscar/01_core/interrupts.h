@@ -9,7 +9,8 @@
 
 namespace oscar::interrupts {
 
-// Installs the handlers for SIGINT, SIGTERM and SIGHUP (exit 128+signal after removing every registered path)
+// Installs the handlers for SIGINT, SIGTERM and SIGHUP (exit 128+signal after removing every registered path), and
+// for SIGBUS (a mapped file truncated while in use: register_mapping)
 // and ignores SIGXFSZ, so that a file-size limit (ulimit -f) makes write() fail with EFBIG instead of
 // killing the tool. `tool` is copied (the message's prefix).
 void install(const char* tool);
@@ -20,6 +21,10 @@ int remember(const char* path);
 // Registers a folder made by this run, removed (rmdir: only when empty) after the files on a signal.
 int remember_folder(const char* path);
 void forget(int slot);  // -1 is ignored
+
+// The memory-mapped input file (one at a time: the GGUF model): when it shrinks while mapped, the read past its end
+// (SIGBUS, handled by install()) removes every registered path and ends the tool with one line naming this file.
+void register_mapping(const char* path);
 
 // The plot script being waited for: sent the same signal (and waited for) before the temporaries go.
 void set_child(pid_t pid);  // 0: none

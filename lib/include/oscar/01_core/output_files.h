@@ -22,11 +22,19 @@ std::string write_error_message(const std::string& file, int err);
 // Checks, before any work, that `file` can be written: its folder is a folder, or is missing and can be created (its
 // nearest existing ancestor is a writable folder; AtomicOutput creates it when it writes), a file can be created
 // there (a probe file is made and removed, which also catches read-only file systems and root-owned paths),
-// `file` is not a folder; and when `bytes` > 0, that the free space and the file-size limit (ulimit -f) leave
+// `file` is not a folder, and an existing `file` is a regular file (a device, FIFO or socket is never replaced); and when `bytes` > 0, that the free space and the file-size limit (ulimit -f) leave
 // room for about that many bytes. Throws Error naming `file`, the reason and what to do.
 void check_output_file(const std::filesystem::path& file, std::uint64_t bytes = 0);
 // The same for an output folder, which is created (with its parents) when missing.
 void check_output_folder(const std::filesystem::path& dir, std::uint64_t bytes = 0);
+
+// Refuses, before any work, an output that would replace one of the run's inputs: the same file by device and inode
+// (hard links and other spellings of one path included), or the same path when the output does not exist yet.
+// Empty inputs are skipped. Throws Error naming both and what to do.
+void check_not_input(const std::filesystem::path& output, const std::vector<std::filesystem::path>& inputs);
+// The same for every file `names` that a run writes into the folder `dir`.
+void check_not_input(const std::filesystem::path& dir, const std::vector<std::string>& names,
+                     const std::vector<std::filesystem::path>& inputs);
 
 // One output file, written under a temporary name in the destination folder (created empty by the
 // constructor); nothing appears under the final name until commit(). The destructor removes the temporary

@@ -54,8 +54,9 @@ struct TniOutputs {
                       // sinks.csv and sinks.png (plots/sinks_plot.py)
   int max_outliers = 3;  // outlier tokens listed per row in the JSON
 };
-// Before the work: every output location can be written (output_files.h); throws Error naming the output.
-void check_tni_outputs(const TniOutputs& o);
+// Before the work: every output location can be written and none is the input `dump` (output_files.h); throws Error
+// naming the output.
+void check_tni_outputs(const TniOutputs& o, const std::string& dump);
 // Writes every requested output under a temporary name, then renames them all: they appear together or
 // not at all (an older file under the same name is kept on any failure).
 void write_tni_outputs(const TniReport& r, const TniOutputs& o);
