@@ -2,10 +2,12 @@
 # pack.sh BUILD_DIR OUT_DIR: gathers the built tools, test binaries and the shared libraries they need
 # (all but glibc's) into OUT_DIR, for running on a GPU machine that has the CUDA driver but not the
 # project's Debian -dev packages; also packed as OUT_DIR.tar.xz (carry that). Build with -DOSCAR_NATIVE=OFF so the host code runs on any x86-64.
+# PACK_ONLY="gpu_test_ops gpu_test_eval" packs only those binaries (the carry limit leaves ~20 MB beside the tree).
 set -euo pipefail
 build=$1; out=$2
 rm -rf "$out"; mkdir -p "$out/bin" "$out/lib"
 for f in "$build"/apps/oscar-* "$build"/tests/test_* "$build"/tests/gpu_test_*; do
+  if [ -n "${PACK_ONLY:-}" ] && ! [[ " $PACK_ONLY " == *" $(basename "$f") "* ]]; then continue; fi
   if [ -x "$f" ] && [ -f "$f" ]; then cp "$f" "$out/bin/"; fi
 done
 cp "$build"/kernels/liboscar_kernels.so* "$out/lib/" 2>/dev/null || true
