@@ -19,7 +19,7 @@ if [ "${QUICK:-0}" = 1 ]; then
 else
   sm=(--tokens 2048 --calib-tokens 2048 --recall 256,512,1024,1536 --recall-span 64 --generate 24)
   hd=(--tokens 2048 --calib-tokens 2048 --recall 256,512,1024,1536 --recall-span 64 --generate 48)
-  st=(--tokens 512 --calib-tokens 512 --recall 64,128,256,384 --recall-span 32 --generate 40)
+  st=(--tokens 512 --calib-tokens 512 --recall 64,128,256,352 --recall-span 32 --generate 40)  # 352 + 2x32 + 64 + 2 <= 512
 fi
 "$build/apps/oscar-eval" --quiet --model data/kjv-llama-hd128/kjv-llama-hd128.f16 --tokenizer $tok --text $text \
   --offset -404 --calib-offset 0 --recipes $recipes --bits 2 "${hd[@]}" \
