@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -143,6 +144,66 @@ void refuse_links(const H5::H5File& f, const std::string& path, const std::strin
     fail("{}: /{} is {} link, which an oscar-kv file never holds (it would make the reader open {}); {}", path, v.name,
          v.type == H5L_TYPE_EXTERNAL ? "an external" : v.type == H5L_TYPE_SOFT ? "a soft" : "a user-defined",
          v.type == H5L_TYPE_EXTERNAL ? "another file" : "another object", fix);
+}
+
+void check_dataset_storage(const H5::DataSet& ds, const std::string& path, const std::string& name, const std::string& fix) {
+  const hid_t id = ds.getId();
+  const hid_t dcpl = H5Dget_create_plist(id);
+  if (dcpl < 0) fail("{}: /{}: HDF5 cannot read its storage properties; the file is damaged: {}", path, name, fix);
+  const H5D_layout_t layout = H5Pget_layout(dcpl);
+  const H5::DataSpace sp = ds.getSpace();
+  const hssize_t points = sp.getSimpleExtentNpoints();
+  const size_t elem = ds.getDataType().getSize();
+  std::string why;
+  if (layout == H5D_COMPACT || layout == H5D_CONTIGUOUS) {
+    const hsize_t stored = H5Dget_storage_size(id);
+    const hsize_t want = static_cast<hsize_t>(points) * elem;
+    if (elem > 0 && !ds.getDataType().isVariableStr() && stored != want)
+      why = fmt::format("stores {} bytes for {} values of {} bytes", stored, points, elem);
+  } else if (layout == H5D_CHUNKED) {
+    const int rank = sp.getSimpleExtentNdims();
+    hsize_t chunk[H5S_MAX_RANK] = {};
+    if (H5Pget_chunk(dcpl, H5S_MAX_RANK, chunk) != rank) why = "has chunks of another rank than the dataset";
+    for (int i = 0; why.empty() && i < rank; ++i)
+      if (chunk[i] == 0) why = "has an empty chunk dimension";
+    const int nf = H5Pget_nfilters(dcpl);
+    // every stored chunk: exactly a chunk's bytes without filters (a shorter one is read past its end), at most a
+    // little more with them (deflate never grows data by more than 0.1% and a few bytes)
+    hsize_t chunk_bytes = elem;
+    for (int i = 0; i < rank; ++i) chunk_bytes *= chunk[i];
+    hsize_t dims[H5S_MAX_RANK] = {};
+    sp.getSimpleExtentDims(dims);
+    double grid = 1;  // chunks in the grid: bounded, or walking it would take forever
+    for (int i = 0; why.empty() && i < rank; ++i) grid *= std::ceil(static_cast<double>(dims[i]) / static_cast<double>(chunk[i]));
+    if (why.empty() && grid > double(1 << 22)) why = fmt::format("is cut into {:.0f} chunks (oscar-kv writes far fewer)", grid);
+    hsize_t offset[H5S_MAX_RANK] = {};  // the chunk grid, walked by coordinates (each look-up is one index search)
+    for (bool more = why.empty() && points > 0; more;) {
+      hsize_t size = 0;
+      unsigned mask = 0;
+      haddr_t addr = 0;
+      if (H5Dget_chunk_info_by_coord(id, offset, &mask, &addr, &size) < 0) why = "has an unreadable chunk index";
+      else if (addr != HADDR_UNDEF && (nf == 0 ? size != chunk_bytes : size > chunk_bytes + chunk_bytes / 512 + 64))
+        why = fmt::format("has a stored chunk of {} bytes where a chunk holds {}", size, chunk_bytes);
+      more = why.empty();
+      for (int d = rank - 1; more; --d) {  // next grid position; done after the last
+        if (d < 0) { more = false; break; }
+        offset[d] += chunk[d];
+        if (offset[d] < dims[d]) break;
+        offset[d] = 0;
+      }
+    }
+    for (int i = 0; why.empty() && i < nf; ++i) {
+      unsigned flags = 0;
+      size_t n = 0;
+      const H5Z_filter_t f = H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &n, nullptr, 0, nullptr, nullptr);
+      if (f != H5Z_FILTER_DEFLATE && f != H5Z_FILTER_SHUFFLE && f != H5Z_FILTER_FLETCHER32)
+        why = fmt::format("uses the filter {}, which oscar-kv files never use", static_cast<int>(f));
+    }
+  } else {
+    why = "has a storage layout oscar-kv files never use (virtual or unknown)";
+  }
+  H5Pclose(dcpl);
+  if (!why.empty()) fail("{}: /{} {}; the file is damaged or crafted: {}", path, name, why, fix);
 }
 
 H5::Attribute AttrReader::attr(const char* name) const {

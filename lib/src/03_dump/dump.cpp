@@ -29,6 +29,8 @@ bool is_pre(const std::string& t) { return t == "q_pre" || t == "k_pre"; }
 
 std::string layer_group(int l) { return fmt::format("layer_{:03d}", l); }
 
+constexpr const char* kRedo = "re-create the dump with oscar-dump or experiments/hf_dump.py";
+
 H5::FloatType float16_type() {
   H5::FloatType t(H5::PredType::IEEE_F32LE);
   t.setFields(15, 10, 5, 0, 10);
@@ -393,10 +395,12 @@ void DumpReader::Impl::open(const std::string& file_path) {
         ids_ds.getSpace().getSimpleExtentNpoints() != I.token_count)
       fail("{}: /token_ids must be integer [token_count={}], found {} values", path, I.token_count,
            ids_ds.getSpace().getSimpleExtentNpoints());
+    h5::check_dataset_storage(ids_ds, path, "token_ids", kRedo);
     ids.resize(I.token_count);
     ids_ds.read(ids.data(), H5::PredType::NATIVE_INT);
     if (f.nameExists("token_text")) {
       H5::DataSet tt = f.openDataSet("token_text");
+      h5::check_dataset_storage(tt, path, "token_text", kRedo);
       if (tt.getTypeClass() != H5T_STRING || tt.getSpace().getSimpleExtentNpoints() != I.token_count)
         fail("{}: /token_text must hold {} strings", path, I.token_count);
       H5::StrType st = tt.getStrType();
@@ -454,6 +458,7 @@ void DumpReader::Impl::open(const std::string& file_path) {
         a.rope_theta = LA.f64("rope_theta");
         if (grp.nameExists("sinks")) {
           H5::DataSet ds = grp.openDataSet("sinks");
+          h5::check_dataset_storage(ds, path, g + "/sinks", kRedo);
           H5::DataSpace sp = ds.getSpace();
           if (ds.getTypeClass() != H5T_FLOAT || sp.getSimpleExtentNdims() != 1 ||
               sp.getSimpleExtentNpoints() != I.n_heads)
@@ -492,6 +497,7 @@ void DumpReader::Impl::open(const std::string& file_path) {
                "head_dim)",
                path, g, t, dims[0], dims[1], dims[2], heads, I.token_count, I.head_dim, t[0] == 'q' ? "" : "kv_");
         if (ds.getTypeClass() != H5T_FLOAT) fail("{}: /{}/{} is not a floating-point dataset", path, g, t);
+        h5::check_dataset_storage(ds, path, g + "/" + t, kRedo);
         const size_t bytes = ds.getFloatType().getSize();
         if (bytes != (I.storage_dtype == "float16" ? 2u : 4u))
           fail("{}: /{}/{} stores {}-byte floats but storage_dtype is '{}'", path, g, t, bytes, I.storage_dtype);

@@ -53,6 +53,12 @@ class OutputFile {
 // oscar-kv file holds only hard links, and an external link would make the reader open another file silently.
 void refuse_links(const H5::H5File& f, const std::string& path, const std::string& fix);
 
+// Refuses a dataset whose storage cannot hold what its dataspace says (libhdf5 1.10.8 then reads past its own
+// buffers): a compact or contiguous layout must store exactly points x element bytes; a chunked one needs chunks of
+// the dataset's rank and at most the filters HDF5 itself ships (deflate, shuffle, fletcher32). Errors name `path`,
+// the dataset `name` and `fix`.
+void check_dataset_storage(const H5::DataSet& ds, const std::string& path, const std::string& name, const std::string& fix);
+
 struct AttrReader {
   const H5::H5Object& o;
   const std::string& path;
