@@ -52,7 +52,7 @@ if [ "$quick" = 0 ]; then
   sstart=$(date +%s)
   "$build/apps/oscar-sweep" experiments/ablations/covariance-scope.yaml --quiet --output "$res/sweep/covariance-scope" >/dev/null
   scope=(--text data/text/kjv.txt.gz --offset -404 --calib-offset 0 --recipes fp16,oscar-cov,oscar-cov-head --bits 2,4)
-  "$build/apps/oscar-eval" --quiet --model "$gguf" "${scope[@]}" --tokens 1024 --calib-tokens 1024 --out "$res/eval/smollm2-scope" >/dev/null
+  "$build/apps/oscar-eval" --quiet --model "$gguf" "${scope[@]}" --tokens 2048 --calib-tokens 2048 --out "$res/eval/smollm2-scope" >/dev/null
   "$build/apps/oscar-eval" --quiet --model data/kjv-llama-hd128/kjv-llama-hd128.f16 --tokenizer data/stories260K/tok512.bin "${scope[@]}" \
     --tokens 2048 --calib-tokens 2048 --out "$res/eval/kjv-hd128-scope" >/dev/null
   echo "covariance scope ablation: $(( $(date +%s) - sstart )) s ($res/sweep/covariance-scope, $res/eval/{smollm2,kjv-hd128}-scope)"
