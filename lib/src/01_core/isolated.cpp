@@ -64,7 +64,12 @@ void probe_in_child(const std::string& file, const std::string& what, const std:
     if (WEXITSTATUS(status) == kOutOfMemory)
       fail("{}: {} needed more than {} GB of memory; the file is damaged or crafted: {}", file, what, max_bytes >> 30,
            advice);
-    return;  // finished (kOther: an unexpected exception, which the parent's run reports in its own words)
+    if (WEXITSTATUS(status) == kFinished || WEXITSTATUS(status) == kOther)
+      return;  // finished (kOther: an unexpected exception, which the parent's run reports in its own words)
+    // another code: the child was ended by a handler of its own (a sanitizer's or a fuzzer's report, an out-of-memory
+    // hook): the parent must not repeat what ended it
+    fail("{}: {} ended abnormally (exit status {}); the file is damaged or crafted: {}", file, what, WEXITSTATUS(status),
+         advice);
   }
   const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   if (sig == SIGALRM)
