@@ -19,6 +19,8 @@
 //    shared-memory ring with cp.async, kStages chunks ahead.
 //  * Grid: (splits + nwin) x (batch * kv_heads) x (query groups of 8); splits >= nsplit share the BF16
 //    windows, the others equal slices of the body (decode/split_plan.h).
+//  * Instruction levers (decode/levers.h, all on): one LOP3 per code pair, ex2.approx for the softmax, a score as
+//    one FMA (the accumulator starts at -qbias), masking only in a split's last chunk, lazy rescale (warp vote).
 #include "api_util.h"
 #include "cov/cov_kernels.h"
 #include "decode/bf16_tile.cuh"
@@ -34,6 +36,7 @@ namespace {
 #define OSCAR_KV_STAGES 3
 #endif
 constexpr int kStages = OSCAR_KV_STAGES;  // cp.async stages per warp (each one chunk of codes + params)
+constexpr bool kLazy = OSCAR_LEVER_LAZY != 0;  // decode/levers.h
 
 // One pipeline stage of a warp: CH rows of K codes, CH rows of V codes, CH K params, CH V params.
 template <int HD, int BITS>
@@ -101,7 +104,12 @@ __device__ __forceinline__ void int_chunk(WarpState<HD>& st, const uint8_t* stg,
       load_words<KW>(kc + i * CB + t * KW * 4, kw[r]);
       kpar[r] = kp[i];
     }
-    float c[4] = {0.f, 0.f, 0.f, 0.f}, c2[4] = {0.f, 0.f, 0.f, 0.f};  // two independent MMA chains
+#if OSCAR_LEVER_SCORE
+    // two independent MMA chains; the first starts at -qbias (the magic 1024's share), so that the score is one FMA
+    float c[4] = {-qbias[0], -qbias[1], -qbias[0], -qbias[1]}, c2[4] = {0.f, 0.f, 0.f, 0.f};
+#else
+    float c[4] = {0.f, 0.f, 0.f, 0.f}, c2[4] = {0.f, 0.f, 0.f, 0.f};
+#endif
 #pragma unroll
     for (int ks = 0; ks < MT; ++ks) {
       const int q0 = 2 * ks, q1 = 2 * ks + 1;
@@ -110,17 +118,34 @@ __device__ __forceinline__ void int_chunk(WarpState<HD>& st, const uint8_t* stg,
       if (ks & 1) mma_f16(c2, a, qf[ks]);
       else mma_f16(c, a, qf[ks]);
     }
+#if OSCAR_LEVER_SCORE
 #pragma unroll
-    for (int i = 0; i < 4; ++i) c[i] += c2[i];
+    for (int r = 0; r < 2; ++r) {  // score = scale_k sl2 (q.codes - qbias) + zero_k (sl2 sum q), in log2 units
+      const float ksc = half_lo(kpar[r]) * sl2, kz = half_hi(kpar[r]);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) s[u][2 * r + j] = fmaf(ksc, c[2 * r + j] + c2[2 * r + j], kz * qsum[j]);
+    }
+#else
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float ksc = half_lo(kpar[r]), kz = half_hi(kpar[r]);
       const bool valid = 16 * u + g + 8 * r < n;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) s[u][2 * r + j] = valid ? (ksc * (c[2 * r + j] - qbias[j]) + kz * qsum[j]) * sl2 : -INFINITY;
+      for (int j = 0; j < 2; ++j)
+        s[u][2 * r + j] = valid ? (ksc * (c[2 * r + j] + c2[2 * r + j] - qbias[j]) + kz * qsum[j]) * sl2 : -INFINITY;
     }
+#endif
   }
-  softmax_step<SUB>(st, s, cap2);
+#if OSCAR_LEVER_SCORE
+  if (n < S::CH) {  // only a split's last chunk can be partial: mask its missing rows
+#pragma unroll
+    for (int u = 0; u < SUB; ++u)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (16 * u + g + 8 * (i >> 1) >= n) s[u][i] = -INFINITY;
+  }
+#endif
+  softmax_step<SUB, kLazy>(st, s, cap2);
   // P V. The value A fragments are 128 + code * 2^(BITS*pos); pc sums this chunk's P' (an MMA with ones).
   float pc[4] = {0.f, 0.f, 0.f, 0.f};
   const uint32_t ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};  // bf16 1.0
@@ -140,7 +165,11 @@ __device__ __forceinline__ void int_chunk(WarpState<HD>& st, const uint8_t* stg,
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         st.ex[0][j] += s[u][2 * r + j] * vz;
+#if OSCAR_LEVER_SCORE
+        pp[2 * r + j] = s[u][2 * r + j] * vsc;  // rounded to bf16 once, by p_to_bfrag
+#else
         pp[2 * r + j] = __bfloat162float(__float2bfloat16_rn(s[u][2 * r + j] * vsc));
+#endif
         st.ex[1][j] += s[u][2 * r + j] * vsc;
       }
     }
@@ -230,15 +259,15 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_k
     for (int64_t base = (split - a.nsplit) * (kWarps * 16) + warp * 16; base < nbf; base += a.nwin * (kWarps * 16)) {
       const int n = static_cast<int>(min64(16, nbf - base));
       if (base + n <= ns) {
-        bf16_tile<HD>(st, ks, vs, [&](int i) { return base + i; }, n, qb, a.sl2, a.cap2, ps, g, t);
+        bf16_tile<HD, kLazy>(st, ks, vs, [&](int i) { return base + i; }, n, qb, a.sl2, a.cap2, ps, g, t);
       } else if (base >= ns) {
         const int64_t t0 = c.S + nb + (base - ns);  // absolute token of logical index base
-        bf16_tile<HD>(st, kr, vr, [&](int i) { return (t0 + i - c.S) % c.W; }, n, qb, a.sl2, a.cap2, ps, g, t);
+        bf16_tile<HD, kLazy>(st, kr, vr, [&](int i) { return (t0 + i - c.S) % c.W; }, n, qb, a.sl2, a.cap2, ps, g, t);
       } else {  // tile straddles sink and recent (only when sink is not a multiple of 16)
         const int nsk = static_cast<int>(ns - base);
-        bf16_tile<HD>(st, ks, vs, [&](int i) { return base + min(i, nsk - 1); }, nsk, qb, a.sl2, a.cap2, ps, g, t);
+        bf16_tile<HD, kLazy>(st, ks, vs, [&](int i) { return base + min(i, nsk - 1); }, nsk, qb, a.sl2, a.cap2, ps, g, t);
         const int64_t t0 = c.S + nb;
-        if (n > nsk) bf16_tile<HD>(st, kr, vr, [&](int i) { return (t0 + i - c.S) % c.W; }, n - nsk, qb, a.sl2, a.cap2, ps, g, t);
+        if (n > nsk) bf16_tile<HD, kLazy>(st, kr, vr, [&](int i) { return (t0 + i - c.S) % c.W; }, n - nsk, qb, a.sl2, a.cap2, ps, g, t);
       }
     }
     __syncthreads();
@@ -252,7 +281,8 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_k
   qpart += __shfl_xor_sync(0xffffffffu, qpart, 2);  // sum(q) of query slot g
   qb += __shfl_xor_sync(0xffffffffu, qb, 1);
   qb += __shfl_xor_sync(0xffffffffu, qb, 2);
-  const float qsum[2] = {__shfl_sync(0xffffffffu, qpart, (2 * t) * 4), __shfl_sync(0xffffffffu, qpart, (2 * t + 1) * 4)};
+  const float qsc = OSCAR_LEVER_SCORE ? a.sl2 : 1.0f;  // SCORE: sl2 sum(q)
+  const float qsum[2] = {qsc * __shfl_sync(0xffffffffu, qpart, (2 * t) * 4), qsc * __shfl_sync(0xffffffffu, qpart, (2 * t + 1) * 4)};
   const float qbias[2] = {__shfl_sync(0xffffffffu, qb, (2 * t) * 4), __shfl_sync(0xffffffffu, qb, (2 * t + 1) * 4)};
   using S = IntStage<HD, BITS>;
   const uint8_t* kc = c.kc + bh * c.cap * S::CB;

@@ -20,8 +20,8 @@ __device__ __forceinline__ void load_q_bf16(const uint16_t* qrow, bool live, int
 }
 
 // BF16 tile: 16 logical tokens [base, base + n) (n in [1, 16]); row(i) gives the row index of logical
-// token i into kb/vb (rows of HD bf16).
-template <int HD, class RowFn>
+// token i into kb/vb (rows of HD bf16). LAZY: softmax_step's lazy rescale (the state's owner allows P > 1).
+template <int HD, bool LAZY = false, class RowFn>
 __device__ __forceinline__ void bf16_tile(WarpState<HD>& st, const uint16_t* __restrict__ kb, const uint16_t* __restrict__ vb,
                                           RowFn row, int n, const uint32_t (&qb)[Tiles<HD>::MT][2], float sl2, float cap2, uint16_t* ps,
                                           int g, int t) {
@@ -52,7 +52,7 @@ __device__ __forceinline__ void bf16_tile(WarpState<HD>& st, const uint16_t* __r
   for (int r = 0; r < 2; ++r)
 #pragma unroll
     for (int j = 0; j < 2; ++j) s[0][2 * r + j] = (g + 8 * r < n) ? c[2 * r + j] * sl2 : -INFINITY;
-  softmax_step<1>(st, s, cap2);
+  softmax_step<1, LAZY>(st, s, cap2);
   uint32_t b[2];
   p_to_bfrag(ps, g, t, s[0][0], s[0][1], s[0][2], s[0][3], b);
 #pragma unroll

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "decode/levers.h"
+
 namespace oscar::kernels {
 namespace {
 
@@ -43,17 +45,33 @@ struct MagicPos {
 // The middle of the code range, (2^BITS - 1) / 2: the value-path accumulators are kept centred on it.
 template <int BITS>
 __host__ __device__ constexpr float mid_code() { return 0.5f * static_cast<float>((1 << BITS) - 1); }
+// (a & MASK) | magic in one LOP3. Written as `(x & m) | c` with two immediates, the compiler emits two LOP3s
+// (a SASS LOP3 takes one immediate); one lop3.b32 of PTX leaves ptxas one immediate and the other constant in a register
+// (materialized once, outside the loops), as Marlin's dequantization does.
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t mask, uint32_t magic) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(mask), "r"(magic));  // 0xEA: (a & b) | c
+  return r;
+}
 template <int BITS>
 __device__ __forceinline__ uint32_t codes_f16x2(uint32_t w, int i) {  // value 1024 + code * 2^(BITS*pos)
   using M = MagicPos<BITS, 10>;
   constexpr uint32_t mask = BITS == 2 ? 0x00030003u : 0x000F000Fu;
+#if OSCAR_LEVER_LOP3
+  return and_or(w >> M::shift(i), mask << (BITS * M::pos(i)), 0x64006400u);
+#else
   return ((w >> M::shift(i)) & (mask << (BITS * M::pos(i)))) | 0x64006400u;
+#endif
 }
 template <int BITS>
 __device__ __forceinline__ uint32_t codes_bf16x2(uint32_t w, int i) {  // value 128 + code * 2^(BITS*pos)
   using M = MagicPos<BITS, 7>;
   constexpr uint32_t mask = BITS == 2 ? 0x00030003u : 0x000F000Fu;
+#if OSCAR_LEVER_LOP3
+  return and_or(w >> M::shift(i), mask << (BITS * M::pos(i)), 0x43004300u);
+#else
   return ((w >> M::shift(i)) & (mask << (BITS * M::pos(i)))) | 0x43004300u;
+#endif
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {

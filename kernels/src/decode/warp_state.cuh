@@ -55,9 +55,30 @@ __device__ __forceinline__ float softcap_log2(float s, float cap2) {
   return s == -INFINITY ? s : cap2 * (1.f - __fdividef(2.f, e + 1.f));
 }
 
+// 2^x in one MUFU instruction (ex2.approx.ftz.f32) for the softmax's x = score - running max: x <= 0, or
+// x <= kLazyRescale under the lazy rescale, or -inf (-> +0). Its relative error is at most 2^-22 over that range
+// (PTX ISA), below the fp32 rounding of the sums it enters; results under 2^-126 flush to 0, a probability
+// below 1e-38 next to the maximum's 2^0 (exp2f spends 3 more instructions per call on the denormal range).
+__device__ __forceinline__ float exp2_ftz(float x) {
+#if OSCAR_LEVER_EX2
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#else
+  return exp2f(x);
+#endif
+}
+
+// Lazy rescale (log2 units): the running max m is moved, and the state rescaled, only when a tile's max exceeds
+// it by more than this (a warp vote: one uniform branch), as FlashAttention-4 does; otherwise the tile's
+// probabilities are taken against the old m, so they may reach 2^kLazyRescale = 256 (the P' weights and the fp32
+// sums hold that). Exact in real arithmetic: everything of the state is relative to the same m.
+constexpr float kLazyRescale = 8.0f;
+
 // s[u][i] in log2 units (masked = -inf, at least one finite): soft-cap them when cap2 > 0 (DecodeArgs::cap2),
-// rescale the state to the new max and turn s into probabilities.
-template <int SUB, int HD>
+// rescale the state to the new max (LAZY: only when it grows by more than kLazyRescale) and turn s into
+// probabilities.
+template <int SUB, bool LAZY = false, int HD>
 __device__ __forceinline__ void softmax_step(WarpState<HD>& st, float (&s)[SUB][4], float cap2) {
   if (cap2 > 0.f) {
 #pragma unroll
@@ -65,30 +86,39 @@ __device__ __forceinline__ void softmax_step(WarpState<HD>& st, float (&s)[SUB][
 #pragma unroll
       for (int i = 0; i < 4; ++i) s[u][i] = softcap_log2(s[u][i], cap2);
   }
+  float mx[2];
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    float mx = -INFINITY;
+    mx[j] = -INFINITY;
 #pragma unroll
-    for (int u = 0; u < SUB; ++u) mx = fmaxf(mx, fmaxf(s[u][j], s[u][2 + j]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-    const float mnew = fmaxf(st.m[j], mx);
-    const float alpha = exp2f(st.m[j] - mnew);  // m = -inf -> 0
-    st.m[j] = mnew;
-    st.l[j] *= alpha;
+    for (int u = 0; u < SUB; ++u) mx[j] = fmaxf(mx[j], fmaxf(s[u][j], s[u][2 + j]));
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 4));
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 8));
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 16));
+  }
+  const bool grow = !LAZY || __any_sync(0xffffffffu, mx[0] > st.m[0] + kLazyRescale || mx[1] > st.m[1] + kLazyRescale);
+  if (grow) {
 #pragma unroll
-    for (int e = 0; e < Tiles<HD>::NEX; ++e) st.ex[e][j] *= alpha;
-    st.off[j] *= alpha;
+    for (int j = 0; j < 2; ++j) {
+      const float mnew = fmaxf(st.m[j], mx[j]);
+      const float alpha = exp2_ftz(st.m[j] - mnew);  // m = -inf -> 0
+      st.m[j] = mnew;
+      st.l[j] *= alpha;
 #pragma unroll
-    for (int mt = 0; mt < Tiles<HD>::MT; ++mt) { st.acc[mt][j] *= alpha; st.acc[mt][2 + j] *= alpha; }
+      for (int e = 0; e < Tiles<HD>::NEX; ++e) st.ex[e][j] *= alpha;
+      st.off[j] *= alpha;
 #pragma unroll
-    for (int u = 0; u < SUB; ++u) {
-      s[u][j] = exp2f(s[u][j] - mnew);
-      s[u][2 + j] = exp2f(s[u][2 + j] - mnew);
-      st.l[j] += s[u][j] + s[u][2 + j];
+      for (int mt = 0; mt < Tiles<HD>::MT; ++mt) { st.acc[mt][j] *= alpha; st.acc[mt][2 + j] *= alpha; }
     }
   }
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int u = 0; u < SUB; ++u) {
+      s[u][j] = exp2_ftz(s[u][j] - st.m[j]);
+      s[u][2 + j] = exp2_ftz(s[u][2 + j] - st.m[j]);
+      st.l[j] += s[u][j] + s[u][2 + j];
+    }
 }
 
 // P' (C layout, tokens g / g+8, queries 2t, 2t+1) -> B fragment (tokens 2t.. / 2t+8.., query g), as bf16

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""decode_ablation.py: the decode levers (kernels/src/decode/levers.h) measured one at a time, side by side in one process.
+
+Each --variant NAME=LIB is a liboscar_kernels.so built with some levers off (experiments/device/decode_ablation.sh builds
+them); every variant decodes the same oscar-cov (or --fmt omni) cache contents of each shape, timed as CUDA-graph replays
+and per call (kernels/python/oscar_kv/timing.py), next to the best PyTorch SDPA backend and our BF16 kernel (of the
+first variant) over the same BF16 K/V, and a device-to-device copy of this run. Prints one Markdown table: per variant
+and shape, graph us, share of copy (the bytes a decode step must read over the graph time) and the ratio to SDPA, and
+the output's relative difference to the first variant's (a lever that changes rounding shows there).
+Usage: python3 decode_ablation.py --variant all=a.so --variant no-lop3=b.so ... [--shapes 128:8:32768 ...] [--bits 2]
+"""
+import argparse
+import ctypes as C
+import math
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "kernels" / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import oscar_kv  # noqa: E402
+from bench_decode_graph import HEADS, cov_read_bytes, omni_read_bytes  # noqa: E402
+from oscar_kv.timing import copy_tbps, graph_us, per_call_us  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variant", action="append", required=True, help="NAME=liboscar_kernels.so (the first is the reference)")
+    ap.add_argument("--shapes", nargs="+", default=["128:1:32768", "128:1:131072", "128:8:32768", "128:32:32768", "64:32:32768",
+                                                     "256:8:32768"], help="head_dim:batch:ctx")
+    ap.add_argument("--fmt", choices=["cov", "omni"], default="cov")
+    ap.add_argument("--bits", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=20)
+    a = ap.parse_args()
+    variants = [(v.split("=", 1)[0], oscar_kv.load(v.split("=", 1)[1])) for v in a.variant]
+    cp = copy_tbps()
+    print(f"device: {torch.cuda.get_device_name()}; copy (read+write) {cp:.3f} TB/s; {a.fmt} INT{a.bits}", flush=True)
+    rows = []
+    for shape in a.shapes:
+        D, B, L = (int(x) for x in shape.split(":"))
+        hq, hkv = HEADS[D]
+        nrot = max(1, min(16, math.ceil(256e6 / (B * hkv * L * D * 4))))
+        ks = [torch.randn(B, hkv, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(nrot)]
+        vs = [torch.randn(B, hkv, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(nrot)]
+        q = torch.randn(B, hq, 1, D, device="cuda", dtype=torch.bfloat16)
+        lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
+        out = torch.empty(B, hq, D, dtype=torch.float32, device="cuda")
+        scale = 1.0 / math.sqrt(D)
+        stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731  (a graph captures on a side stream)
+        best = None
+        for be in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+            try:
+                with sdpa_kernel(be):
+                    t = graph_us(lambda i: F.scaled_dot_product_attention(q, ks[i % nrot], vs[i % nrot], enable_gqa=True), 20, a.reps)
+                best = t if best is None else min(best, t)
+            except Exception:  # the backend does not take this shape
+                pass
+        lib0 = variants[0][1]
+        wsb = max(lib0.oscar_decode_workspace_bytes(B, hq, hkv, D, L, 0), lib0.oscar_decode_workspace_bytes(B, hq, hkv, D, L, 1))
+        ws = torch.empty(wsb // 4 + 4, dtype=torch.float32, device="cuda")
+        bf = graph_us(lambda i: lib0.call("oscar_bf16_decode", ks[i % nrot].data_ptr(), vs[i % nrot].data_ptr(), B, hkv, L, D, q.data_ptr(),
+                                          hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(), wsb, stream()), 20, a.reps)
+        per_head = cov_read_bytes(L, D, a.bits) if a.fmt == "cov" else omni_read_bytes(L, D, a.bits, hkv)
+        ref = None
+        for name, lib in variants:
+            create = lib.cov_cache_create if a.fmt == "cov" else lib.omni_cache_create
+            destroy = lib.cov_cache_destroy if a.fmt == "cov" else lib.omni_cache_destroy
+            caches = [create(B, hkv, D, a.bits, L) for _ in range(nrot)]
+            try:
+                for r in range(nrot):
+                    lib.call(f"oscar_{a.fmt}_prefill", C.byref(caches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L, stream())
+
+                def dec(i):
+                    lib.call(f"oscar_{a.fmt}_decode", C.byref(caches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(),
+                             ws.data_ptr(), wsb, stream())
+                g = graph_us(dec, 20, a.reps)
+                c = per_call_us(dec, 5, a.reps)
+                dec(0)
+                torch.cuda.synchronize()
+                o = out.clone()
+                diff = 0.0 if ref is None else float((o - ref).norm() / ref.norm())
+                ref = o if ref is None else ref
+            finally:
+                for cc in caches:
+                    destroy(cc)
+            frac = B * hkv * per_head / (g * 1e-6) / 1e12 / cp
+            rows.append((name, D, B, L, g, c, frac, best / g if best else float("nan"), bf / g, diff))
+            print(f"  {name} hd{D} B={B} L={L}: graph {g:.1f} us, per call {c:.1f} us, {100 * frac:.0f}% of copy", flush=True)
+        del ks, vs, ws
+        torch.cuda.empty_cache()
+    print(f"\n| variant | head_dim | batch | ctx | graph us | per call us | of copy | x best SDPA (graph) | x our bf16 (graph) | "
+          f"output vs {variants[0][0]} |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for n, D, B, L, g, c, frac, xs, xb, diff in rows:
+        print(f"| {n} | {D} | {B} | {L} | {g:.1f} | {c:.1f} | {100 * frac:.0f}% | {xs:.2f}x | {xb:.2f}x | {diff:.1e} |")
+
+
+if __name__ == "__main__":
+    main()
