@@ -12,7 +12,9 @@ FIX/rev.h5 and FIX/gen.h5 (real v2 dumps of stories260K, fixtures.sh makes them)
   nan_norm.gguf   tiny_hd16.gguf with a NaN in output_norm.weight
   inf_weight.gguf tiny_hd16.gguf with +inf as blk.0.attn_q.weight's first scale (a matrix: found by the forward pass)
   inf_rope.gguf   tiny_hd16.gguf with llama.rope.freq_base = +inf
-  nan_score.gguf  tiny_hd16.gguf with tokenizer.ggml.scores[1] = NaN (when it has scores; else unchanged)
+  nan_score.gguf  tiny_hd16.gguf with a tokenizer.ggml.scores array added, score 1 NaN
+  bos_none.gguf   tiny_hd16.gguf with add_bos_token = true and bos_token_id = 0xFFFFFFFF (uint32: "no such token")
+  bos_range.gguf  tiny_hd16.gguf with bos_token_id = 100000, past its vocabulary
 """
 import os
 import shutil
@@ -156,11 +158,35 @@ patched("inf_weight.gguf", tensor_first_scale("blk.0.attn_q.weight", float("inf"
 t, at = kv_at["llama.rope.freq_base"]
 assert t == 6
 patched("inf_rope.gguf", lambda b: struct.pack_into("<f", b, at, float("inf")))
-if "tokenizer.ggml.scores" in kv_at:
-    t, at = kv_at["tokenizer.ggml.scores"]
-    patched("nan_score.gguf", lambda b: struct.pack_into("<f", b, at + 12 + 4, float("nan")))
-else:
-    shutil.copyfile(os.path.join(fix, "tiny_hd16.gguf"), os.path.join(fix, "nan_score.gguf"))
+
+def with_kvs(name, extra):
+    """tiny_hd16.gguf with metadata entries appended (raw GGUF key/value bytes), the tensor data moved to the next
+    alignment boundary after the longer header (its offsets are relative to that boundary)."""
+    n_extra = len(extra)
+    kv_end = 24
+    for _ in range(n_kv):
+        _key, kv_end = string(kv_end)
+        t = struct.unpack_from("<I", d, kv_end)[0]
+        kv_end = value_end(t, kv_end + 4)
+    head = bytearray(d[:data])
+    struct.pack_into("<Q", head, 16, n_kv + n_extra)
+    infos_end = o  # end of the tensor infos (module scope: after the loop above)
+    new = bytes(head[:kv_end]) + b"".join(extra) + bytes(d[kv_end:infos_end])
+    new += b"\0" * ((-len(new)) % alignment)
+    open(os.path.join(fix, name), "wb").write(new + bytes(d[data:]))
+
+
+def kv(key, t, payload):
+    k = key.encode()
+    return struct.pack("<Q", len(k)) + k + struct.pack("<I", t) + payload
+
+
+n_vocab = struct.unpack_from("<Q", d, kv_at["tokenizer.ggml.tokens"][1] + 4)[0]
+scores = [0.0] * n_vocab
+scores[1] = float("nan")
+with_kvs("nan_score.gguf", [kv("tokenizer.ggml.scores", 9, struct.pack("<IQ", 6, n_vocab) + struct.pack(f"<{n_vocab}f", *scores))])
+with_kvs("bos_none.gguf", [kv("tokenizer.ggml.add_bos_token", 7, b"\1"), kv("tokenizer.ggml.bos_token_id", 4, struct.pack("<I", 0xFFFFFFFF))])
+with_kvs("bos_range.gguf", [kv("tokenizer.ggml.add_bos_token", 7, b"\1"), kv("tokenizer.ggml.bos_token_id", 4, struct.pack("<I", 100000))])
 
 # a text the tiny GGUF's vocabulary ('<', 't', '<t', ...) tokenizes: NaN/Inf models must fail on the model, not the text
 with open(os.path.join(fix, "tiny.txt"), "w") as out:
