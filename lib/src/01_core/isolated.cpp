@@ -40,9 +40,13 @@ void probe_in_child(const std::string& file, const std::string& what, const std:
     struct rlimit as {max_bytes, max_bytes};
     ::setrlimit(RLIMIT_AS, &as);
 #endif
-    // the default action for every signal a crash or the parent's handlers would use: the parent then sees the signal
-    // (the parent's own handlers would remove the parent's temporaries; a fuzzer's would report the child as its own)
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGBUS, SIGSEGV, SIGABRT, SIGFPE, SIGILL})
+    // the default action for every signal a crash, the time limit or the parent's handlers would use: the parent then
+    // sees the signal (the parent's own handlers would remove the parent's temporaries; a fuzzer's would report the
+    // child as its own, and libFuzzer's SIGALRM handler returns without ending the child)
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGBUS, SIGSEGV, SIGABRT, SIGFPE, SIGILL, SIGALRM})
       ::signal(sig, SIG_DFL);
     ::alarm(seconds);
     int code = kFinished;
@@ -57,9 +61,19 @@ void probe_in_child(const std::string& file, const std::string& what, const std:
     }
     ::_exit(code);  // no exit-time teardown of the libraries (it may crash on a damaged state)
   }
+  // the parent keeps its own deadline (a little after the child's alarm): a child that outlives it is killed
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return;
+  bool overdue = false;
+  for (unsigned long waited_ms = 0;; waited_ms += 10) {
+    const pid_t got = ::waitpid(pid, &status, WNOHANG);
+    if (got == pid) break;
+    if (got < 0 && errno != EINTR) return;
+    if (!overdue && waited_ms >= 1000ul * seconds + 2000) {
+      overdue = true;
+      ::kill(pid, SIGKILL);
+    }
+    ::usleep(10'000);
+  }
   if (WIFEXITED(status)) {
     if (WEXITSTATUS(status) == kOutOfMemory)
       fail("{}: {} needed more than {} GB of memory; the file is damaged or crafted: {}", file, what, max_bytes >> 30,
@@ -72,7 +86,7 @@ void probe_in_child(const std::string& file, const std::string& what, const std:
          advice);
   }
   const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-  if (sig == SIGALRM)
+  if (sig == SIGALRM || overdue)
     fail("{}: {} did not finish within {} s (a hang inside the library); the file is damaged or crafted: {}", file, what,
          seconds, advice);
   fail("{}: {} crashed (SIG{}); the file is damaged or crafted: {}", file, what, sig ? sigabbrev_np(sig) : "?",
