@@ -99,7 +99,8 @@ struct Shape {
   int appends = 0;        // single-token appends after the prefill
   bool slow = false;      // run only with --slow (or when its op is selected by name with -o)
   bool from_dump = false; // real: activations from the --real-dump file, not the bundled model
-  bool ratio_rule = false; // prefill/append, cov: the cache's ratio clip and half-even rounding instead of OSCAR's rule
+  int rule = 0;            // prefill/append, cov: 0 the allocator's (OSCAR's quantile clip), 1 the ratio clip and half-even rounding,
+                           // 2 a wide quantile clip (0.5 keys / 0.75 values: 32..128 of a row clamped, the radix search's range)
 };
 
 struct Case {
@@ -148,9 +149,13 @@ std::vector<Case> build_table() {
       {"stress-hd64-h2", Profile::Stress, 8, 2, 64, {0, 1, 127, 128, 129, 333, 3001}, 300},
       {"stress-hd256-h2", Profile::Stress, 8, 2, 256, {0, 1, 127, 128, 129, 333, 3001}, 300},
       // oscar-cov's other row rule (clip_mode OSCAR_CLIP_RATIO, OSCAR_ROUND_HALF_EVEN): run for cov only
-      {"mix-h3-ratio", Profile::Mix, 3, 3, 128, {37, S + W + 101, 300, S + W + 777}, 300, false, false, true},
-      {"stress-hd64-h2-ratio", Profile::Stress, 8, 2, 64, {0, 1, 127, 128, 129, 333, 3001}, 300, false, false, true},
-      {"stress-hd256-h2-ratio", Profile::Stress, 8, 2, 256, {0, 1, 127, 128, 129, 333, 3001}, 300, false, false, true},
+      {"mix-h3-ratio", Profile::Mix, 3, 3, 128, {37, S + W + 101, 300, S + W + 777}, 300, false, false, 1},
+      {"stress-hd64-h2-ratio", Profile::Stress, 8, 2, 64, {0, 1, 127, 128, 129, 333, 3001}, 300, false, false, 1},
+      {"stress-hd256-h2-ratio", Profile::Stress, 8, 2, 256, {0, 1, 127, 128, 129, 333, 3001}, 300, false, false, 1},
+      // a wide quantile clip: the threshold past the pop's range (kPopMax) by the radix search, and at its edge
+      {"mix-h3-wide", Profile::Mix, 3, 3, 128, {37, S + W + 101, 300, S + W + 777}, 300, false, false, 2},
+      {"stress-hd64-h2-wide", Profile::Stress, 8, 2, 64, {0, 1, 127, 128, 129, 333, 3001}, 300, false, false, 2},
+      {"stress-hd256-h2-wide", Profile::Stress, 8, 2, 256, {0, 1, 127, 128, 129, 333, 3001}, 300, false, false, 2},
   };
   // decode: GQA groups 4, 1, 8; peaky softmax with non-zero-mean values; the stress data (Token Norm
   // Imbalance, zero-norm key, values x300 in a whole sequence and in 100 tokens of another); after the
@@ -188,7 +193,7 @@ std::vector<Case> build_table() {
     for (Fmt f : {Fmt::Cov, Fmt::Omni})
       for (int bits : {2, 4})
         for (const Shape& s : quant) {
-          if (s.ratio_rule && f != Fmt::Cov) continue;
+          if (s.rule && f != Fmt::Cov) continue;
           Shape x = s;
           if (op == Op::Prefill) x.appends = 0;
           t.push_back({op, f, bits, x});
@@ -335,16 +340,24 @@ struct CovFmt {
   }
   static Twin empty(int B, int H, int D, int bits, int64_t cap) { return cov_twin::empty(B, H, D, bits, cap); }
   static Twin build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std::vector<int>& lens, int bits, int64_t cap,
-                    bool ratio_rule = false) {
-    const cov_twin::Rule rule = ratio_rule ? cov_twin::Rule{oscar::ClipMode::Ratio, oscar::covfmt::kClipK, oscar::covfmt::kClipV,
-                                                            oscar::Rounding::HalfEven}
-                                           : cov_twin::Rule::allocator(bits);
+                    int rule_id = 0) {
+    const cov_twin::Rule rule = rule_id == 1   ? cov_twin::Rule{oscar::ClipMode::Ratio, oscar::covfmt::kClipK, oscar::covfmt::kClipV,
+                                                                oscar::Rounding::HalfEven}
+                                : rule_id == 2 ? cov_twin::Rule{oscar::ClipMode::Quantile, kWideClipK, kWideClipV}
+                                               : cov_twin::Rule::allocator(bits);
     return cov_twin::build(k, v, lens, bits, cap, oscar::covfmt::kDefaultSink, oscar::covfmt::kDefaultRecent, rule);
   }
-  // The cache's fields for the ratio rule (the allocator sets OSCAR's quantile rule).
-  static void set_ratio_rule(Dev& c) {
-    c.clip_mode = OSCAR_CLIP_RATIO;
-    c.rounding = OSCAR_ROUND_HALF_EVEN;
+  // The cache's fields for rule 1 (ratio clip, half to even) or 2 (the wide quantile clip); the allocator sets OSCAR's rule.
+  static constexpr float kWideClipK = 0.5f, kWideClipV = 0.75f;
+  static void set_rule(Dev& c, int rule_id) {
+    if (rule_id == 1) {
+      c.clip_mode = OSCAR_CLIP_RATIO;
+      c.rounding = OSCAR_ROUND_HALF_EVEN;
+    } else if (rule_id == 2) {
+      c.clip_mode = OSCAR_CLIP_QUANTILE;
+      c.clip_k = kWideClipK;
+      c.clip_v = kWideClipV;
+    }
   }
   static std::vector<void*> arrays(const Dev& c) { return {c.k_sink, c.v_sink, c.k_recent, c.v_recent, c.k_codes, c.v_codes, c.k_params, c.v_params}; }
   static int64_t body_capacity(const Dev& c) { return c.body_capacity; }
@@ -387,10 +400,10 @@ struct OmniFmt {
   }
   static Twin empty(int B, int H, int D, int bits, int64_t cap) { return omni_twin::empty(B, H, D, bits, cap); }
   static Twin build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std::vector<int>& lens, int bits, int64_t cap,
-                    bool = false) {
+                    int = 0) {
     return omni_twin::build(k, v, lens, bits, cap);
   }
-  static void set_ratio_rule(Dev&) {}  // one rule: OScaR's
+  static void set_rule(Dev&, int) {}  // one rule: OScaR's
   static std::vector<void*> arrays(const Dev& c) { return {c.k_res, c.v_res, c.k_codes, c.v_codes, c.k_params, c.v_params, c.k_norms}; }
   static int64_t body_capacity(const Dev& c) { return c.body_capacity; }
   static void head(const Twin& t, int b, int h, int64_t L, std::vector<double>& K, std::vector<double>& V) { omni_twin::dequant_head(t, b, h, L, K, V); }
@@ -602,11 +615,13 @@ void op_quant(Ctx& ctx, const Case& c) {
   if (!dk.upload(ctx, in.k.x, "k") || !dv.upload(ctx, in.v.x, "v") || !dl.alloc(ctx, size_t(B) * 4, "lens")) return;
   DevCache<F> dc;
   if (!dc.create(ctx, B, s.hkv, s.head_dim, c.bits, T)) return;
-  if (s.ratio_rule) F::set_ratio_rule(dc.c);
+  if (s.rule) F::set_rule(dc.c, s.rule);
   std::vector<int> cur;
   if (!fill(ctx, dc, in, dk, dv, dl, s.lens, s.appends, cur)) return;
-  const typename F::Twin tw = F::build(in.k, in.v, cur, c.bits, T, s.ratio_rule);
-  if (same_as_twin(ctx, dc, tw, op_name(c.op))) ctx.info = s.ratio_rule ? "every live element bit-exact (ratio clip, half to even)" : "every live element bit-exact";
+  const typename F::Twin tw = F::build(in.k, in.v, cur, c.bits, T, s.rule);
+  if (same_as_twin(ctx, dc, tw, op_name(c.op))) ctx.info = s.rule == 1   ? "every live element bit-exact (ratio clip, half to even)"
+                                                             : s.rule == 2 ? "every live element bit-exact (quantile clip 0.5 / 0.75)"
+                                                                           : "every live element bit-exact";
 }
 
 // decode: the cache equals the twin, then the output is within the bound of float64 attention over it.

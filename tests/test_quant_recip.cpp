@@ -93,3 +93,30 @@ TEST_CASE("the integer zero point's reciprocal path equals its division path", "
   INFO(n << " codes");
   CHECK(differ == 0);
 }
+
+TEST_CASE("rounded_code equals quantize_value's rounding and clamp for every quotient", "[quant][recip]") {
+  // the float rule of quantize_value: round, then clamp to [0, 2^b - 1] in float, then the cast
+  const auto reference = [](float q, int bits, Rounding r) {
+    const float c = std::fmin(std::fmax(round_value(q, r), 0.0f), static_cast<float>(max_code(bits)));
+    return static_cast<uint32_t>(c);
+  };
+  int64_t checked = 0, differ = 0;
+  for (Rounding r : {Rounding::HalfAway, Rounding::HalfEven})
+    for (int bits : {2, 3, 4}) {
+      // every float of [0.25, 20]: the half-way points and their neighbours included (below 0.25 both give 0)
+      for (uint32_t u = bits_of(0.25f); u <= bits_of(20.0f); ++u) {
+        float q;
+        std::memcpy(&q, &u, 4);
+        differ += rounded_code(q, bits, r) != reference(q, bits, r);
+        ++checked;
+      }
+      for (float q : {0.0f, -0.0f, 1e-30f, 0.24999999f, -0.49999997f, -0.5f, -0.50000006f, -1.0f, -3.5f, -1e30f, 1e30f,
+                      65504.0f, INFINITY, -INFINITY, 4294967296.0f}) {
+        differ += rounded_code(q, bits, r) != reference(q, bits, r);
+        ++checked;
+      }
+      CHECK(rounded_code(NAN, bits, r) == 0u);
+    }
+  INFO(checked << " quotients checked");
+  CHECK(differ == 0);
+}

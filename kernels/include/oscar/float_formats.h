@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <cstring>
 #include "oscar/host_device.h"
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
 
 namespace oscar {
 
@@ -23,7 +26,11 @@ OSCAR_HD uint16_t float_to_half_bits(float f) {
   const uint32_t x = float_bits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return static_cast<uint16_t>(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // the one NaN pattern
+#if defined(__CUDA_ARCH__)
+  return __half_as_ushort(__float2half_rn(f));  // the hardware conversion: the same rounding (one instruction)
+#endif
+  if (ax >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);
   if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
   if (ax < 0x38800000u) {                                               // half subnormal or zero
     if (ax < 0x33000000u) return static_cast<uint16_t>(sign);          // < 2^-25: rounds to zero
@@ -41,6 +48,9 @@ OSCAR_HD uint16_t float_to_half_bits(float f) {
 }
 
 OSCAR_HD float half_bits_to_float(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  if ((h & 0x7c00u) != 0x7c00u || (h & 0x3ffu) == 0) return __half2float(__ushort_as_half(h));  // exact; NaN below
+#endif
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
   if (e == 0) {

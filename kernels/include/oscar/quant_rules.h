@@ -108,6 +108,22 @@ OSCAR_HD uint8_t quantize_value_recip(float x, GroupParams p, float r, int bits,
   return static_cast<uint8_t>(q);
 }
 
+// The code of quotient q (= (x - zero) / scale) of an asymmetric group, rounded and clamped on the integer: half
+// away from zero as trunc(q + 0.49999997f) (the addition rounded to nearest), half to even as the nearest integer,
+// both converted with saturation (negative and NaN -> 0), then min(code, 2^bits - 1). Equal to quantize_value's
+// round_value and float clamp for every float q (test_quant_recip checks [0.25, 20] exhaustively; below 0.25 both
+// give 0, above 2^bits both clamp); on the GPU two or three instructions (cvt.rzi/cvt.rni with saturation, min).
+OSCAR_HD uint32_t rounded_code(float q, int bits, Rounding r) {
+  const uint32_t top = static_cast<uint32_t>(max_code(bits));
+#if defined(__CUDA_ARCH__)
+  const uint32_t c = r == Rounding::HalfAway ? __float2uint_rz(__fadd_rn(q, 0.49999997f)) : __float2uint_rn(q);
+#else
+  const float f = r == Rounding::HalfAway ? std::trunc(q + 0.49999997f) : std::nearbyint(q);
+  const uint32_t c = !(f > 0.0f) ? 0u : f >= 4294967295.0f ? 0xffffffffu : static_cast<uint32_t>(f);
+#endif
+  return c < top ? c : top;
+}
+
 OSCAR_HD float dequantize_value(uint8_t code, GroupParams p, int bits, bool symmetric) {
   if (symmetric) return static_cast<float>(static_cast<int>(code) - (1 << (bits - 1))) * p.scale;
   return static_cast<float>(code) * p.scale + p.zero;

@@ -1,6 +1,7 @@
 // cov/cov_quantize.cu: oscar-cov prefill and append (layout oscar/cov_format.h). A token row of head_dim HD
 // is held by HD/8 lanes, 8 channels per lane; OSCAR's per-row quantile clamp (or a ratio clip), token-wise min/max,
-// fp16 (scale, zero), codes by oscar::group_params / quantize_value_recip (bit-exact with the CPU's quantize_value). Sink and recent tokens are copied; append
+// fp16 (scale, zero), codes by oscar::group_params / div_by_recip / rounded_code (bit-exact with the CPU's quantize_value);
+// the quantile clip's threshold by row_quantile (a pop of the largest values, or a radix search). Sink and recent tokens are copied; append
 // demotes the token leaving the recent ring into the body.
 #include "api_util.h"
 #include "cov/cov_kernels.h"
@@ -15,13 +16,14 @@
 namespace oscar::kernels {
 namespace {
 
-// The k-th smallest |x| (0-based, counting repeats) of a row held as 8 values per lane by HD/8 lanes: the largest u
-// with #{|x| >= u} >= HD - k, built bit by bit on the bits of |x| (non-negative floats order as their bit patterns),
-// so every lane of the row gets the same element of the row exactly (quant_rules.h: quantile_clip_index). The row's
-// values are bf16 values (the inputs are bf16; rotate_row8 rounds to bf16): their low 16 bits are 0, so are u's, and
-// only bits 30..16 are searched.
+// The k-th smallest |x| (0-based, counting repeats) of a row held as 8 values per lane by HD/8 lanes, by radix
+// search: the largest u with #{|x| >= u} >= HD - k, built bit by bit on the bits of |x| (non-negative floats order as
+// their bit patterns), so every lane of the row gets the same element of the row exactly (quant_rules.h:
+// quantile_clip_index). The row's values are bf16 values (the inputs are bf16; rotate_row8 rounds to bf16): their low
+// 16 bits are 0, so are u's, and only bits 30..16 are searched. Cost per lane: 8 steps of 24 compares and one row
+// reduction, whatever k (the fallback of row_quantile for large HD - k).
 template <int HD>
-__device__ __forceinline__ float row_quantile(const float (&x)[8], int k, unsigned mask) {
+__device__ __forceinline__ float row_quantile_radix(const float (&x)[8], int k, unsigned mask) {
   static_assert(HD <= 1023, "three 10-bit counts share one shuffle");
   uint32_t a[8];
 #pragma unroll
@@ -52,19 +54,107 @@ __device__ __forceinline__ float row_quantile(const float (&x)[8], int k, unsign
   return __uint_as_float(t);
 }
 
-// Quantizes one row (this lane's 8 channels x): the lane's packed code bits and the (scale, zero) fp16 pair. quantile >= 0:
-// the row is first clamped to its quantile-th smallest |x| and clip is 1 (CovView).
+// Sorts 8 values descending (the 19-comparator network for 8 inputs).
+__device__ __forceinline__ void sort8_desc(uint32_t (&a)[8]) {
+  constexpr int net[19][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}, {0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 1}, {2, 3},
+                              {4, 5}, {6, 7}, {2, 4}, {3, 5}, {1, 4}, {3, 6}, {1, 2}, {3, 4}, {5, 6}};
+#pragma unroll
+  for (int c = 0; c < 19; ++c) {
+    const uint32_t x = a[net[c][0]], y = a[net[c][1]];
+    a[net[c][0]] = max(x, y);
+    a[net[c][1]] = min(x, y);
+  }
+}
+
+// The same element as row_quantile_radix, by popping the row's HD - k largest |x| one at a time: each lane sorts its
+// 8 values, then each round takes the row's largest remaining head, which the lowest lane holding it pops (repeats
+// are popped one per round, so the count is exact). A lane that has popped all its values offers 0, which is the
+// answer anyway once the largest remaining value is 0. Cost per lane: the sort and HD - k rounds of one row
+// reduction, a vote and a shift (~25 instructions at head_dim 128): cheaper than the radix search's ~110 per step
+// while HD - k <= kPopMax.
+constexpr int kPopMax = 32;
+__device__ __forceinline__ void sorted_abs(const float (&x)[8], uint32_t (&a)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) a[i] = __float_as_uint(x[i]) & 0x7fffffffu;
+  sort8_desc(a);
+}
+// One round: the row's largest remaining head (returned), popped by the lowest lane holding it.
+template <int HD>
+__device__ __forceinline__ uint32_t pop_largest(uint32_t (&a)[8], unsigned mask) {
+  const unsigned me = 1u << (threadIdx.x & 31), row = row_lanes_mask<HD>(threadIdx.x & 31);
+  uint32_t m = a[0];
+#pragma unroll
+  for (int o = 1; o < HD / 8; o <<= 1) m = max(m, __shfl_xor_sync(mask, m, o, HD / 8));
+  const unsigned holders = __ballot_sync(mask, a[0] == m) & row;
+  const bool pop = (holders & (0u - holders)) == me;  // the lowest holder
+#pragma unroll
+  for (int i = 0; i < 7; ++i) a[i] = pop ? a[i + 1] : a[i];
+  a[7] = pop ? 0u : a[7];
+  return m;
+}
+template <int HD>
+__device__ __forceinline__ float row_quantile_pop(const float (&x)[8], int need, unsigned mask) {
+  uint32_t a[8], m = 0;
+  sorted_abs(x, a);
+#pragma unroll 1
+  for (int r = 0; r < need; ++r) m = pop_largest<HD>(a, mask);
+  return __uint_as_float(m);
+}
+
+// The k-th smallest |x| of the row (every lane of the row gets it; k uniform over the warp).
+template <int HD>
+__device__ __forceinline__ float row_quantile(const float (&x)[8], int k, unsigned mask) {
+  const int need = HD - k;
+  return need <= kPopMax ? row_quantile_pop<HD>(x, need, mask) : row_quantile_radix<HD>(x, k, mask);
+}
+
+// row_quantile of a key row and a value row held by the same lanes, their pops interleaved (two independent chains
+// of shuffles) for as many rounds as both need.
+template <int HD>
+__device__ __forceinline__ void row_quantiles_kv(const float (&xk)[8], int qk, const float (&xv)[8], int qv, unsigned mask, float& tk,
+                                                 float& tv) {
+  const int nk = HD - qk, nv = HD - qv;
+  if (nk > kPopMax || nv > kPopMax) {
+    tk = row_quantile<HD>(xk, qk, mask);
+    tv = row_quantile<HD>(xv, qv, mask);
+    return;
+  }
+  uint32_t ak[8], av[8], mk = 0, mv = 0;
+  sorted_abs(xk, ak);
+  sorted_abs(xv, av);
+  const int both = min(nk, nv);
+#pragma unroll 1
+  for (int r = 0; r < both; ++r) {
+    mk = pop_largest<HD>(ak, mask);
+    mv = pop_largest<HD>(av, mask);
+  }
+#pragma unroll 1
+  for (int r = both; r < nk; ++r) mk = pop_largest<HD>(ak, mask);
+#pragma unroll 1
+  for (int r = both; r < nv; ++r) mv = pop_largest<HD>(av, mask);
+  tk = __uint_as_float(mk);
+  tv = __uint_as_float(mv);
+}
+
+// The codes of this lane's 8 values, packed BITS each: quantize_value_recip's codes (quant_rules.h), rounded and
+// clamped on the integer by rounded_code. A group whose stored scale is 0 gets r = 0, so q = 0 and code 0.
+template <int BITS, Rounding R>
+__device__ __forceinline__ uint32_t pack_codes(const float (&x)[8], const GroupParams& p, float r) {
+  uint32_t bits = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) bits |= rounded_code(div_by_recip(__fsub_rn(x[i], p.zero), p.scale, r), BITS, R) << (BITS * i);
+  return bits;
+}
+
+// Quantizes one row (this lane's 8 channels x): the lane's packed code bits and the (scale, zero) fp16 pair; mask: the lanes
+// that run the call together (the row's, or the whole warp where every lane runs it). thr >= 0: the row is first
+// clamped to +-thr (the quantile clip's threshold, row_quantile; clip is then 1, CovView); thr < 0: no clamp.
 template <int HD, int BITS>
-__device__ __forceinline__ void quantize_row(const float (&x_in)[8], float clip, int quantile, Rounding rounding, unsigned mask,
+__device__ __forceinline__ void quantize_row(const float (&x_in)[8], float clip, float thr, Rounding rounding, unsigned mask,
                                              uint32_t& code_bits, uint32_t& params) {
   float x[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) x[i] = x_in[i];
-  if (quantile >= 0) {  // uniform over the row's lanes (one cache field)
-    const float thr = row_quantile<HD>(x, quantile, mask);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] = clamp_to_threshold(x[i], thr);
-  }
+  for (int i = 0; i < 8; ++i) x[i] = thr >= 0.0f ? clamp_to_threshold(x_in[i], thr) : x_in[i];
   float mn = x[0], mx = x[0];
 #pragma unroll
   for (int i = 1; i < 8; ++i) { mn = fminf(mn, x[i]); mx = fmaxf(mx, x[i]); }
@@ -76,12 +166,10 @@ __device__ __forceinline__ void quantize_row(const float (&x_in)[8], float clip,
   // clip * min and clip * max rounded once each (no FMA), exactly as the CPU computes them.
   const float lo = __fmul_rn(clip, mn), hi = __fmul_rn(clip, mx);
   const GroupParams p = group_params(lo, hi, BITS, false, 1.0f, ScaleDtype::F16);
-  const float r = __frcp_rn(p.scale);  // one division per group; codes through quantize_value_recip (== quantize_value, test_quant_recip)
-  uint32_t bits = 0;
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-    bits |= static_cast<uint32_t>(quantize_value_recip(x[i], p, r, BITS, rounding)) << (BITS * i);
-  code_bits = bits;
+  // one division per group; codes through the reciprocal (== quantize_value, test_quant_recip); scale 0: r = 0
+  const float r = p.scale > 0.0f ? __frcp_rn(p.scale) : 0.0f;
+  code_bits = rounding == Rounding::HalfAway ? pack_codes<BITS, Rounding::HalfAway>(x, p, r)
+                                             : pack_codes<BITS, Rounding::HalfEven>(x, p, r);
   params = static_cast<uint32_t>(float_to_half_bits(p.scale)) | (static_cast<uint32_t>(float_to_half_bits(p.zero)) << 16);
 }
 
@@ -97,7 +185,9 @@ __global__ void __launch_bounds__(256) prefill_kernel(CovView c, RotArgs rot, co
                                                       const uint16_t* __restrict__ v, const int32_t* __restrict__ lens, int max_len) {
   constexpr int LR = HD / 8, CB = HD * BITS / 8, ROWS = 256 / LR;
   const int li = threadIdx.x & (LR - 1);
-  const unsigned mask = row_lanes_mask<HD>(threadIdx.x & 31);
+  // every lane of the warp runs every shuffle (rows past the end on a clamped row): full-warp shuffles of width LR,
+  // without the convergence checks that a row's partial mask costs
+  constexpr unsigned mask = 0xffffffffu;
   const int64_t total = static_cast<int64_t>(c.B) * c.Hkv * max_len;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * ROWS;
   for (int64_t row0 = static_cast<int64_t>(blockIdx.x) * ROWS; row0 < total; row0 += stride) {
@@ -126,8 +216,12 @@ __global__ void __launch_bounds__(256) prefill_kernel(CovView c, RotArgs rot, co
       vin = pack8_bf16(vx);
     }
     uint32_t kbits, kpar, vbits, vpar;
-    quantize_row<HD, BITS>(kx, c.clip_k, c.quantile_k, c.rounding, mask, kbits, kpar);
-    quantize_row<HD, BITS>(vx, c.clip_v, c.quantile_v, c.rounding, mask, vbits, vpar);
+    float thk = -1.0f, thv = -1.0f;  // the quantile clip's thresholds (uniform: one cache field each)
+    if (c.quantile_k >= 0 && c.quantile_v >= 0) row_quantiles_kv<HD>(kx, c.quantile_k, vx, c.quantile_v, mask, thk, thv);
+    else if (c.quantile_k >= 0) thk = row_quantile<HD>(kx, c.quantile_k, mask);
+    else if (c.quantile_v >= 0) thv = row_quantile<HD>(vx, c.quantile_v, mask);
+    quantize_row<HD, BITS>(kx, c.clip_k, thk, c.rounding, mask, kbits, kpar);
+    quantize_row<HD, BITS>(vx, c.clip_v, thv, c.rounding, mask, vbits, vpar);
     if (!live) continue;
     const int64_t nb = covfmt::body_tokens(len, c.S, c.W);
     if (t < c.S) {
@@ -174,8 +268,10 @@ __global__ void __launch_bounds__(256) append_kernel(CovView c, RotArgs rot, con
     float x[8];
     bf16x8_to_float(old, x);
     uint32_t bits, par;
-    quantize_row<HD, BITS>(x, is_v ? c.clip_v : c.clip_k, is_v ? c.quantile_v : c.quantile_k, c.rounding, row_lanes_mask<HD>(threadIdx.x & 31),
-                           bits, par);
+    const unsigned mask = row_lanes_mask<HD>(threadIdx.x & 31);
+    const int quantile = is_v ? c.quantile_v : c.quantile_k;
+    const float thr = quantile >= 0 ? row_quantile<HD>(x, quantile, mask) : -1.0f;
+    quantize_row<HD, BITS>(x, is_v ? c.clip_v : c.clip_k, thr, c.rounding, mask, bits, par);
     const int64_t bi = bh * c.cap + (t - c.W - c.S);
     store_codes<BITS>((is_v ? c.vc : c.kc) + bi * CB, li, bits);
     if (li == 0) (is_v ? c.vp : c.kp)[bi] = par;
