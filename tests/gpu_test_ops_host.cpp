@@ -544,6 +544,35 @@ bool run_decode_kernel(Ctx& ctx, const DevCache<F>* dc, const DevBuf* dk, const 
                                                 dout.as<float>(), dws.p, ws, nullptr, &err);
   if (!ctx.ok(s, err, "decode") || !ctx.cuda(cudaDeviceSynchronize(), "decode sync")) return false;
   out = download<float>(ctx, dout.p, size_t(B) * Hq * D, "out");
+  if (!dc) return true;
+  // The merge in the decode grid (the cache's arrival counters) against the merge kernel (a copy of the cache without
+  // them): the same bits; then the counters are zero again and a second decode gives the same bits once more.
+  auto again = [&](const auto& cache, const char* what) {
+    if (!ctx.cuda(cudaMemset(dout.p, 0xff, dout.bytes), "poison out") ||
+        !ctx.ok(F::decode(cache, dq.p, Hq, dl.as<int32_t>(), mx, float(scale), dout.as<float>(), dws.p, ws, &err), err, what) ||
+        !ctx.cuda(cudaDeviceSynchronize(), "decode sync"))
+      return false;
+    const auto o2 = download<float>(ctx, dout.p, size_t(B) * Hq * D, "out");
+    for (size_t i = 0; i < o2.size(); ++i)
+      if (std::memcmp(&o2[i], &out[i], 4) != 0) {
+        ctx.fail("%s: out[%zu] = %.9g, the first decode gave %.9g (and maybe more)", what, i, o2[i], out[i]);
+        return false;
+      }
+    return true;
+  };
+  auto two_launches = dc->c;
+  two_launches.arrivals = nullptr;
+  if (!dc->c.arrivals) {
+    ctx.fail("the cache allocator left no arrival counters");
+    return false;
+  }
+  if (!again(two_launches, "decode with the merge kernel") || !again(dc->c, "second decode")) return false;
+  const auto counters = download<uint32_t>(ctx, dc->c.arrivals, size_t(B) * H * 2, "arrival counters");
+  for (size_t i = 0; i < counters.size(); ++i)
+    if (counters[i] != 0) {
+      ctx.fail("arrival counter %zu is %u after the decodes (must be 0)", i, counters[i]);
+      return false;
+    }
   return true;
 }
 

@@ -66,6 +66,10 @@ TEST_CASE("oscar-cov C API rejects bad input with a message", "[kv_api]") {
   CHECK(oscar_cov_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
   CHECK(says(err, "k_codes"));
   bad = c;
+  bad.arrivals = reinterpret_cast<uint32_t*>(static_cast<char*>(f.at(2048)) + 2);
+  CHECK(oscar_cov_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
+  CHECK(says(err, "arrivals"));
+  bad = c;
   bad.clip_mode = 2;
   CHECK(oscar_cov_prefill(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(says(err, "clip_mode=2"));
@@ -165,6 +169,10 @@ TEST_CASE("oscar-omni C API rejects bad input with a message", "[kv_api]") {
   bad.v_params = static_cast<char*>(bad.v_params) + 8;
   CHECK(oscar_omni_append(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
   CHECK(says(err, "v_params"));
+  bad = c;
+  bad.arrivals = reinterpret_cast<uint32_t*>(static_cast<char*>(f.at(2048)) + 1);
+  CHECK(oscar_omni_append(&bad, k, v, lens, 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
+  CHECK(says(err, "arrivals"));
   CHECK(oscar_omni_prefill(&c, k, nullptr, lens, 10, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);
   CHECK(oscar_omni_append(&c, k, v, static_cast<int32_t*>(io.at(1026)), 10, nullptr, &err) == OSCAR_ERR_MISALIGNED);
   CHECK(oscar_omni_prefill(&c, k, v, lens, 1152, nullptr, &err) == OSCAR_ERR_INVALID_ARGUMENT);

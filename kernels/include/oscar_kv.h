@@ -68,11 +68,18 @@ typedef struct oscar_cov_cache {
   void* k_recent; void* v_recent;              /* bf16 [B*Hkv][recent][head_dim] ring */
   void* k_codes; void* v_codes;                /* uint8 [B*Hkv][body_capacity][head_dim*bits/8] */
   void* k_params; void* v_params;              /* fp16 (scale, zero) [B*Hkv][body_capacity][2] */
+  uint32_t* arrivals;                          /* decode arrival counters [B*Hkv][2], zero between decodes; NULL: two launches a decode */
 } oscar_cov_cache;
+
+/* Decode arrival counters (the `arrivals` field of either cache): with them a decode is one launch, the last block of
+ * each (sequence, KV head, query group) merging the splits and setting its counter back to zero; the cache allocators
+ * make them (a second, zeroed cudaMalloc of 8 bytes per sequence and KV head, not counted in *_cache_bytes). A cache
+ * built by hand may leave them NULL (the merge is then a second kernel) or point them at zeroed device memory of its
+ * own. Decodes of one cache must then be ordered (one stream, or events): two at once would share the counters. */
 
 /* Allocation of an oscar-cov cache for `batch` sequences of `num_kv_heads` heads, each holding up to
  * `capacity` tokens (sizes from oscar::covfmt::layout): one zeroed cudaMalloc carved into the eight
- * arrays (16-byte aligned), with oscar-cov's row rule (clip 0.96/0.92, quantile at 2 bits and ratio at 4, half away
+ * arrays (16-byte aligned) and the decode arrival counters, with oscar-cov's row rule (clip 0.96/0.92, quantile at 2 bits and ratio at 4, half away
  * from zero; the fields may be changed before the first prefill). *cache is filled on success; release with
  * oscar_cov_cache_destroy. oscar_cov_cache_bytes gives the bytes it would take (0 on bad shapes). */
 oscar_status oscar_cov_cache_create(oscar_cov_cache* cache, int32_t batch, int32_t num_kv_heads, int32_t head_dim,
@@ -141,10 +148,12 @@ typedef struct oscar_omni_cache {
   void* k_params;                 /* fp16 (scale, zero) [B*Hkv][body_capacity/32][head_dim] */
   void* v_params;                 /* fp16 (scale, zero) [B*Hkv][body_capacity][head_dim/32] */
   void* k_norms;                  /* fp16 [B][body_capacity] */
+  uint32_t* arrivals;             /* decode arrival counters [B*Hkv][2], zero between decodes; NULL: two launches a decode */
 } oscar_omni_cache;
 
 /* Allocation of an oscar-omni cache holding up to `capacity` tokens per sequence (sizes from
- * oscar::omnifmt::layout): one zeroed cudaMalloc carved into the seven arrays (16-byte aligned); release
+ * oscar::omnifmt::layout): one zeroed cudaMalloc carved into the seven arrays (16-byte aligned) and the decode
+ * arrival counters (see oscar_cov_cache_create); release
  * with oscar_omni_cache_destroy. oscar_omni_cache_bytes gives the bytes it would take (0 on bad shapes). */
 oscar_status oscar_omni_cache_create(oscar_omni_cache* cache, int32_t batch, int32_t num_kv_heads, int32_t head_dim,
                                      int32_t bits, int64_t capacity, oscar_error* err);

@@ -1,10 +1,11 @@
 // cache_alloc.cu: the format units' host helpers: allocate and fill, or free, the C struct of either cache
 // format, with every array's size taken from its layout function (oscar/cov_format.h, oscar/omni_format.h).
-// One zeroed cudaMalloc per cache, carved into 16-byte-aligned arrays in struct order; the first array's
-// pointer is the allocation, which destroy frees.
+// One zeroed cudaMalloc per cache, carved into 16-byte-aligned arrays in struct order (the first array's
+// pointer is the allocation), and a second zeroed one for the decode arrival counters; destroy frees both.
 #include <cuda_runtime.h>
 
 #include "api_util.h"
+#include "decode/checks.h"
 #include "oscar/cov_format.h"
 #include "oscar/omni_format.h"
 #include "oscar_kv.h"
@@ -45,6 +46,23 @@ oscar_status carve(const char* fn, const int64_t* bytes, void** out[], int n, os
   return OSCAR_OK;
 }
 
+// The decode arrival counters of batch x kv_heads (oscar_kv.h): zeroed; frees `base` (the arrays) on failure.
+oscar_status make_arrivals(const char* fn, int32_t batch, int32_t kv_heads, void* base, uint32_t** out, oscar_error* err) {
+  const size_t n = static_cast<size_t>(batch) * kv_heads * oscar::kernels::kUnitsPerKvHead * sizeof(uint32_t);
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, n);
+  if (e == cudaSuccess) {
+    e = cudaMemset(p, 0, n);
+    if (e != cudaSuccess) cudaFree(p);
+  }
+  if (e != cudaSuccess) {
+    cudaFree(base);
+    return oscar::api::fail(err, OSCAR_ERR_CUDA, "%s: CUDA error %s (%s)", fn, cudaGetErrorName(e), cudaGetErrorString(e));
+  }
+  *out = static_cast<uint32_t*>(p);
+  return OSCAR_OK;
+}
+
 }  // namespace
 
 extern "C" int64_t oscar_cov_cache_bytes(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t bits, int32_t sink,
@@ -78,6 +96,7 @@ extern "C" oscar_status oscar_cov_cache_create(oscar_cov_cache* cache, int32_t b
                             l.codes_bytes, l.codes_bytes, l.params_bytes, l.params_bytes};
   void** arrays[8] = {&c.k_sink, &c.v_sink, &c.k_recent, &c.v_recent, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params};
   if (oscar_status st = carve(fn, bytes, arrays, 8, err); st != OSCAR_OK) return st;
+  if (oscar_status st = make_arrivals(fn, batch, num_kv_heads, c.k_sink, &c.arrivals, err); st != OSCAR_OK) return st;
   *cache = c;
   return OSCAR_OK;
 }
@@ -85,6 +104,7 @@ extern "C" oscar_status oscar_cov_cache_create(oscar_cov_cache* cache, int32_t b
 extern "C" oscar_status oscar_cov_cache_destroy(oscar_cov_cache* cache, oscar_error* err) {
   if (!cache) return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "oscar_cov_cache_destroy: cache is NULL");
   if (cache->k_sink) OSCAR_CUDA_TRY(cudaFree(cache->k_sink), err, "oscar_cov_cache_destroy");
+  if (cache->arrivals) OSCAR_CUDA_TRY(cudaFree(cache->arrivals), err, "oscar_cov_cache_destroy");
   *cache = oscar_cov_cache{};
   return OSCAR_OK;
 }
@@ -111,6 +131,7 @@ extern "C" oscar_status oscar_omni_cache_create(oscar_omni_cache* cache, int32_t
   const int64_t bytes[7] = {l.res_bytes, l.res_bytes, l.codes_bytes, l.codes_bytes, l.k_params_bytes, l.v_params_bytes, l.norms_bytes};
   void** arrays[7] = {&c.k_res, &c.v_res, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params, &c.k_norms};
   if (oscar_status st = carve(fn, bytes, arrays, 7, err); st != OSCAR_OK) return st;
+  if (oscar_status st = make_arrivals(fn, batch, num_kv_heads, c.k_res, &c.arrivals, err); st != OSCAR_OK) return st;
   *cache = c;
   return OSCAR_OK;
 }
@@ -118,6 +139,7 @@ extern "C" oscar_status oscar_omni_cache_create(oscar_omni_cache* cache, int32_t
 extern "C" oscar_status oscar_omni_cache_destroy(oscar_omni_cache* cache, oscar_error* err) {
   if (!cache) return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "oscar_omni_cache_destroy: cache is NULL");
   if (cache->k_res) OSCAR_CUDA_TRY(cudaFree(cache->k_res), err, "oscar_omni_cache_destroy");
+  if (cache->arrivals) OSCAR_CUDA_TRY(cudaFree(cache->arrivals), err, "oscar_omni_cache_destroy");
   *cache = oscar_omni_cache{};
   return OSCAR_OK;
 }

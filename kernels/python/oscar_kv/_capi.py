@@ -43,14 +43,14 @@ class CovCache(C.Structure):
                 ("sink", C.c_int32), ("recent", C.c_int32), ("body_capacity", C.c_int64),
                 ("clip_k", C.c_float), ("clip_v", C.c_float), ("clip_mode", C.c_int32), ("rounding", C.c_int32)] + \
                [(n, C.c_void_p) for n in ("k_sink", "v_sink", "k_recent", "v_recent", "k_codes", "v_codes",
-                                          "k_params", "v_params")]
+                                          "k_params", "v_params", "arrivals")]
 
 
 class OmniCache(C.Structure):
     """oscar_omni_cache (oscar_kv.h)."""
     _fields_ = [("batch", C.c_int32), ("num_kv_heads", C.c_int32), ("head_dim", C.c_int32), ("bits", C.c_int32),
                 ("body_capacity", C.c_int64)] + \
-               [(n, C.c_void_p) for n in ("k_res", "v_res", "k_codes", "v_codes", "k_params", "v_params", "k_norms")]
+               [(n, C.c_void_p) for n in ("k_res", "v_res", "k_codes", "v_codes", "k_params", "v_params", "k_norms", "arrivals")]
 
 
 class OscarError(RuntimeError):

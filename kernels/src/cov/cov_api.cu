@@ -43,6 +43,8 @@ oscar_status check_cache(const oscar_cov_cache* c, const char* fn, oscar_error* 
     if (ptrs[i] && !api::aligned(ptrs[i], 16))
       return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: cache->%s %p is not 16-byte aligned", fn, names[i], ptrs[i]);
   }
+  if (c->arrivals && !api::aligned(c->arrivals, 4))
+    return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: cache->arrivals %p is not 4-byte aligned", fn, static_cast<const void*>(c->arrivals));
   if (!(c->clip_k > 0.0f && c->clip_k <= 1.0f) || !(c->clip_v > 0.0f && c->clip_v <= 1.0f))
     return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->clip_k=%g clip_v=%g must be in (0, 1]", fn, c->clip_k, c->clip_v);
   if (c->clip_mode != OSCAR_CLIP_RATIO && c->clip_mode != OSCAR_CLIP_QUANTILE)
@@ -172,7 +174,7 @@ extern "C" oscar_status oscar_cov_decode_ex(const oscar_cov_cache* cache, const 
                                         plan::blocks_per_sm(cache->head_dim), plan::sm_count());
   const auto grid = [&](const kernels::DecodeArgs& a, cudaStream_t s, oscar_error* e) { return ops->decode(cv, a, s, e); };
   return kernels::run_quantized_decode(p, rot, logits, fn, q, seq_lens, num_q_heads, cache->num_kv_heads, cache->batch, cache->head_dim,
-                                       softmax_scale, out, workspace, workspace_bytes, static_cast<cudaStream_t>(stream), err, grid);
+                                       softmax_scale, out, workspace, workspace_bytes, cache->arrivals, static_cast<cudaStream_t>(stream), err, grid);
 }
 
 extern "C" int oscar_cov_shape_supported(int32_t head_dim, int32_t bits) { return kernels::cov_kernels(head_dim, bits) ? 1 : 0; }

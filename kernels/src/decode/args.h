@@ -37,6 +37,10 @@ struct DecodeArgs {
   RotArgs rot;        // the merge un-rotates the output by R_V when rot.kind != 0 (q was rotated before the decode grid)
   float cap2 = 0.f;   // soft-capping in log2 units: softcap * log2(e) (scores s -> cap2 tanh(s / cap2)); 0 = none
   const float* sinks = nullptr;  // [Hq] natural-log sink logits joining each query head's softmax denominator; null = none
+  // One launch per decode (decode/unit_merge.cuh): the cache's arrival counters, one per (bh, query group), zero between
+  // decodes; the last block of a unit merges its partials into out. Null: the merge runs as a kernel of its own.
+  uint32_t* arrivals = nullptr;
+  float* out = nullptr;  // float32 [B][Hq][head_dim] (the fused merge's output)
 };
 
 }  // namespace oscar::kernels

@@ -12,6 +12,7 @@
 namespace oscar::kernels {
 
 constexpr int kMaxQueryGroup = 16;  // query heads per KV head the decode entry points accept
+constexpr int kUnitsPerKvHead = (kMaxQueryGroup + 7) / 8;  // query groups (grid z) of one KV head at most: a cache's arrival counters per (sequence, KV head)
 
 // `what`: "k, v" or "k_new, v_new".
 inline oscar_status check_write_args(const char* fn, const char* what, const void* k, const void* v, const int32_t* lens, oscar_error* err) {

@@ -5,6 +5,8 @@
 //   SCORE  oscar-cov scores as one FMA: the MMA accumulator starts at -qbias, the softmax scale folded into the key
 //          scale and sum(q), masking only in a split's partial last chunk, P' rounded to bf16 once
 //   LAZY   oscar-cov's online softmax rescales only when the running max grows by more than 2^8 (warp vote)
+//   FENCE  the in-grid merge's arrival (decode/unit_merge.cuh) as one release/acquire atomic of thread 0 after the
+//          block's barrier, instead of a __threadfence() by every thread before it
 #pragma once
 #ifndef OSCAR_LEVER_LOP3
 #define OSCAR_LEVER_LOP3 1
@@ -17,4 +19,7 @@
 #endif
 #ifndef OSCAR_LEVER_LAZY
 #define OSCAR_LEVER_LAZY 1
+#endif
+#ifndef OSCAR_LEVER_FENCE
+#define OSCAR_LEVER_FENCE 1
 #endif

@@ -101,7 +101,7 @@ oscar_status launch(const DecodeArgs& a, int batch, float* out, cudaStream_t s, 
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  cudaLaunchKernelEx(&cfg, merge_kernel<HD>, a, out);
+  if (!a.arrivals) cudaLaunchKernelEx(&cfg, merge_kernel<HD>, a, out);  // else the decode grid merged (decode/unit_merge.cuh)
   if (a.rot.kind == 2) {
     const int64_t rows = static_cast<int64_t>(batch) * a.Hq;
     const MergedRows mr{a.part_o, out, a.rot.value, rows, a.Hq, a.Hkv, a.G, a.np, a.QS, a.rot.per_head, HD};

@@ -3,6 +3,7 @@
 // reduces the partials of one query head. Device-only, internal linkage.
 #pragma once
 #include "decode/args.h"
+#include "decode/unit_merge.cuh"
 #include "decode/warp_state.cuh"
 
 namespace oscar::kernels {
@@ -29,7 +30,8 @@ __device__ __forceinline__ const uint16_t* query_row(const DecodeArgs& a, int b,
   return a.q + (static_cast<int64_t>(b) * a.Hq + h * a.G + qg.q0 + min(g, qg.nq - 1)) * HD;
 }
 
-// Combines the block's warps exactly and writes one partial per (split, query slot). `fin(mt, rh, j, acc)`
+// Combines the block's warps exactly and writes one partial per (split, query slot); with DecodeArgs::arrivals set,
+// the unit's last block then merges the unit (decode/unit_merge.cuh). `fin(mt, rh, j, acc)`
 // turns the thread's accumulator value of m-tile mt, row half rh, query slot 2t + j into the output channel
 // value (PV bias / channel scale / zero point of the format); st.l must be summed over g by the caller.
 template <int HD, class Fin>
@@ -66,6 +68,8 @@ __device__ __forceinline__ void block_partial(const WarpState<HD>& st, Fin fin, 
       if (ch == 0) { a.part_ml[i * 2] = M; a.part_ml[i * 2 + 1] = l; }
     }
   }
+  static_assert(sizeof(CombineSmem<HD>) >= kUnitMergeFloats * sizeof(float), "the in-grid merge's scratch aliases CombineSmem");
+  if (a.arrivals) merge_unit_if_last<HD>(a, qg.q0, qg.nq, bh, reinterpret_cast<float*>(&sm));
 }
 
 // Partial of a block that only saw BF16 tiles (no format-specific terms).

@@ -16,6 +16,7 @@ constexpr int kOmniGranule = kWarpsPerBlock * 32;   // oscar-omni body split gra
 constexpr int kBf16Granule = kWarpsPerBlock * 64;   // BF16 baseline split granule
 constexpr int kMaxWin = 4;                          // most blocks sharing the BF16 windows of one unit
 constexpr int kMinBodySplits = 4;                   // least body splits per unit
+constexpr int kFusedMaxParts = 128;                 // most parts per unit the in-grid merge takes (its weights fit the block's shared memory)
 
 // Decode blocks per SM the kernels' register budget is built for (__launch_bounds__ min blocks) and the
 // plan fills: 3 at head_dim 64/128 (148-152 registers at 128, no spills), 2 at 256 (twice the accumulators).

@@ -46,6 +46,8 @@ oscar_status check_omni(const oscar_omni_cache* c, const char* fn, oscar_error* 
     if (ptrs[i] && !api::aligned(ptrs[i], 16))
       return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: cache->%s %p is not 16-byte aligned", fn, names[i], ptrs[i]);
   }
+  if (c->arrivals && !api::aligned(c->arrivals, 4))
+    return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: cache->arrivals %p is not 4-byte aligned", fn, static_cast<const void*>(c->arrivals));
   v.B = c->batch; v.Hkv = c->num_kv_heads; v.cap = c->body_capacity;
   v.kr = static_cast<uint16_t*>(c->k_res); v.vr = static_cast<uint16_t*>(c->v_res);
   v.kc = static_cast<uint8_t*>(c->k_codes); v.vc = static_cast<uint8_t*>(c->v_codes);
@@ -146,5 +148,5 @@ extern "C" oscar_status oscar_omni_decode_ex(const oscar_omni_cache* cache, cons
                                         plan::blocks_per_sm(cache->head_dim), plan::sm_count());
   const auto grid = [&](const kernels::DecodeArgs& a, cudaStream_t s, oscar_error* e) { return ops->decode(cv, a, s, e); };
   return kernels::run_quantized_decode(p, rot, logits, fn, q, seq_lens, num_q_heads, cache->num_kv_heads, cache->batch, cache->head_dim,
-                                       softmax_scale, out, workspace, workspace_bytes, static_cast<cudaStream_t>(stream), err, grid);
+                                       softmax_scale, out, workspace, workspace_bytes, cache->arrivals, static_cast<cudaStream_t>(stream), err, grid);
 }
