@@ -24,8 +24,8 @@ KernelBenchResult sample() {
   r.q_heads = 32;
   r.kv_heads = 8;
   r.copy_tbps = 2.98437;
-  r.decode.push_back({1, 32768, "bf16 (ours)", 68.04, 134217728, 1.97262, 0.66098, 1.0});
-  r.decode.push_back({1, 32768, "int2 oscar-cov", 31.46, 20185088, 0.64163, 0.21499, 2.16275});
+  r.decode.push_back({1, 32768, "bf16 (ours)", 68.04, 134217728, 1.97262, 0.66098, 1.0, 9.43});
+  r.decode.push_back({1, 32768, "int2 oscar-cov", 31.46, 20185088, 0.64163, 0.21499, 2.16275, 7.06});
   r.prefill.push_back({8, 131072, "int4 oscar-omni", 7040.56, 4294967296.0, 1342439424.0});
   return r;
 }
@@ -44,10 +44,11 @@ std::string printf_tables(const KernelBenchResult& r) {
   std::snprintf(line, sizeof line, "\n### Decode attention (%d q heads / %d KV heads, head_dim %d; copy %.3f TB/s)\n\n", r.q_heads,
                 r.kv_heads, r.head_dim, r.copy_tbps);
   s += line;
-  s += "| batch | ctx | kernel | us | MB read | TB/s read | vs copy | speed-up vs our bf16 |\n|---|---|---|---|---|---|---|---|\n";
+  s += "| batch | ctx | kernel | us | MB read | TB/s read | vs copy | speed-up vs our bf16 | host us / call |\n"
+       "|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& d : r.decode) {
-    std::snprintf(line, sizeof line, "| %d | %d | %s | %.1f | %.1f | %.3f | %.0f%% | %.2fx |\n", d.batch, d.ctx, d.kernel.c_str(), d.us,
-                  d.bytes / 1e6, d.tbps, 100 * d.frac_copy, d.speedup_bf16);
+    std::snprintf(line, sizeof line, "| %d | %d | %s | %.1f | %.1f | %.3f | %.0f%% | %.2fx | %.1f |\n", d.batch, d.ctx, d.kernel.c_str(),
+                  d.us, d.bytes / 1e6, d.tbps, 100 * d.frac_copy, d.speedup_bf16, d.host_us);
     s += line;
   }
   return s;
@@ -59,7 +60,7 @@ TEST_CASE("kernel benchmark tables keep oscar-bench's format", "[bench]") {
   const KernelBenchResult r = sample();
   const std::string md = kernel_bench_markdown(r);
   CHECK(md == printf_tables(r));
-  CHECK_THAT(md, Catch::Contains("| 1 | 32768 | int2 oscar-cov | 31.5 | 20.2 | 0.642 | 21% | 2.16x |"));
+  CHECK_THAT(md, Catch::Contains("| 1 | 32768 | int2 oscar-cov | 31.5 | 20.2 | 0.642 | 21% | 2.16x | 7.1 |"));
   CHECK_THAT(md, Catch::Contains("| 8 | 131072 | int4 oscar-omni | 7040.6 | 4.295 | 1.342 | 0.80 | 27% |"));
 }
 
@@ -72,6 +73,7 @@ TEST_CASE("kernel benchmark JSON carries every number", "[bench]") {
   CHECK(j["decode"][1]["kernel"] == "int2 oscar-cov");
   CHECK(j["decode"][1]["bytes_read"].get<double>() == 20185088);
   CHECK(j["decode"][1]["speedup_vs_bf16"].get<double>() == Approx(2.16275).epsilon(1e-4));
+  CHECK(j["decode"][1]["host_us"].get<double>() == Approx(7.06));
   REQUIRE(j["prefill"].size() == 1);
   CHECK(j["prefill"][0]["bytes_written"].get<double>() == 1342439424.0);
   CHECK(j["prefill"][0]["tbps"].get<double>() == Approx(r.prefill[0].tbps()).epsilon(1e-4));

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -116,6 +117,21 @@ double time_median_us(F&& f, int warmup, int reps) {
   return t[t.size() / 2];
 }
 
+// Median CPU time of one call f(i), each made with the GPU idle (so that no launch waits for the queue).
+template <class F>
+double host_median_us(F&& f, int reps) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    OSCAR_BENCH_CUDA(cudaDeviceSynchronize());
+    const auto t0 = std::chrono::steady_clock::now();
+    f(i);
+    t.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  OSCAR_BENCH_CUDA(cudaDeviceSynchronize());
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 // `chunk`: a host buffer of N(0,1) bf16 values made on first use and reused for every fill.
 void fill_random_bf16(uint16_t* dst, size_t n, std::mt19937& rng, std::vector<uint16_t>& chunk) {
   if (chunk.empty()) {
@@ -218,13 +234,12 @@ KernelBenchResult run_kernel_bench(const KernelBenchConfig& cfg, std::FILE* log)
       DeviceBuffer wsb(std::max(ws16, wsq));
       void* ws = wsb.as<void>();
       const double bf16_read = double(bf16_bytes);
-      const double us16 = time_median_us(
-          [&](int i) {
-            const size_t r = size_t(i % nrot) * per;
-            OSCAR_BENCH_API(oscar_bf16_decode(k16 + r, v16 + r, B, hkv, ctx, D, q, hq, lens, ctx, scale, out, ws, ws16, nullptr, &err_));
-          },
-          warmup, reps);
-      res.decode.push_back({B, ctx, "bf16 (ours)", us16, bf16_read, bf16_read / (us16 * 1e-6) / 1e12, 0, 1.0});
+      const auto dec16 = [&](int i) {
+        const size_t r = size_t(i % nrot) * per;
+        OSCAR_BENCH_API(oscar_bf16_decode(k16 + r, v16 + r, B, hkv, ctx, D, q, hq, lens, ctx, scale, out, ws, ws16, nullptr, &err_));
+      };
+      const double us16 = time_median_us(dec16, warmup, reps);
+      res.decode.push_back({B, ctx, "bf16 (ours)", us16, bf16_read, bf16_read / (us16 * 1e-6) / 1e12, 0, 1.0, host_median_us(dec16, reps)});
 
       for (int bits : {2, 4}) {
         if (!oscar_cov_shape_supported(D, bits)) continue;  // no kernel for this head_dim (the table says which ran)
@@ -244,12 +259,11 @@ KernelBenchResult run_kernel_bench(const KernelBenchConfig& cfg, std::FILE* log)
         const std::string name = "int" + std::to_string(bits) + " oscar-cov";
         res.prefill.push_back({B, ctx, name, uspre, pre_read, pre_write});
         const double read = double(bh) * double(covfmt::decode_read_bytes(ctx, D, bits, S, W));
-        const double us = time_median_us(
-            [&](int i) {
-              OSCAR_BENCH_API(oscar_cov_decode(&caches[i % nrot], q, hq, lens, ctx, scale, out, ws, wsq, nullptr, &err_));
-            },
-            warmup, reps);
-        res.decode.push_back({B, ctx, name, us, read, read / (us * 1e-6) / 1e12, 0, us16 / us});
+        const auto dec = [&](int i) {
+          OSCAR_BENCH_API(oscar_cov_decode(&caches[i % nrot], q, hq, lens, ctx, scale, out, ws, wsq, nullptr, &err_));
+        };
+        const double us = time_median_us(dec, warmup, reps);
+        res.decode.push_back({B, ctx, name, us, read, read / (us * 1e-6) / 1e12, 0, us16 / us, host_median_us(dec, reps)});
       }
       for (int bits : {2, 4}) {  // oscar-omni: whole residual blocks in the body (empty residual when ctx % 128 == 0)
         if (!oscar_omni_shape_supported(D, bits)) continue;
@@ -269,12 +283,11 @@ KernelBenchResult run_kernel_bench(const KernelBenchConfig& cfg, std::FILE* log)
         const std::string name = "int" + std::to_string(bits) + " oscar-omni";
         res.prefill.push_back({B, ctx, name, uspre, pre_read, pre_write});
         const double read = double(bh) * omnifmt::decode_read_bytes(ctx, D, bits, hkv);
-        const double us = time_median_us(
-            [&](int i) {
-              OSCAR_BENCH_API(oscar_omni_decode(&caches[i % nrot], q, hq, lens, ctx, scale, out, ws, wsq, nullptr, &err_));
-            },
-            warmup, reps);
-        res.decode.push_back({B, ctx, name, us, read, read / (us * 1e-6) / 1e12, 0, us16 / us});
+        const auto dec = [&](int i) {
+          OSCAR_BENCH_API(oscar_omni_decode(&caches[i % nrot], q, hq, lens, ctx, scale, out, ws, wsq, nullptr, &err_));
+        };
+        const double us = time_median_us(dec, warmup, reps);
+        res.decode.push_back({B, ctx, name, us, read, read / (us * 1e-6) / 1e12, 0, us16 / us, host_median_us(dec, reps)});
       }
       OSCAR_BENCH_CUDA(cudaGetLastError());
     }
@@ -291,10 +304,11 @@ std::string kernel_bench_markdown(const KernelBenchResult& r) {
                      p.written / 1e9, p.tbps(), 100.0 * p.tbps() / r.copy_tbps);
   s += fmt::format("\n### Decode attention ({} q heads / {} KV heads, head_dim {}; copy {:.3f} TB/s)\n\n", r.q_heads, r.kv_heads,
                    r.head_dim, r.copy_tbps);
-  s += "| batch | ctx | kernel | us | MB read | TB/s read | vs copy | speed-up vs our bf16 |\n|---|---|---|---|---|---|---|---|\n";
+  s += "| batch | ctx | kernel | us | MB read | TB/s read | vs copy | speed-up vs our bf16 | host us / call |\n"
+       "|---|---|---|---|---|---|---|---|---|\n";
   for (const DecodeBenchRow& d : r.decode)
-    s += fmt::format("| {} | {} | {} | {:.1f} | {:.1f} | {:.3f} | {:.0f}% | {:.2f}x |\n", d.batch, d.ctx, d.kernel, d.us, d.bytes / 1e6,
-                     d.tbps, 100 * d.frac_copy, d.speedup_bf16);
+    s += fmt::format("| {} | {} | {} | {:.1f} | {:.1f} | {:.3f} | {:.0f}% | {:.2f}x | {:.1f} |\n", d.batch, d.ctx, d.kernel, d.us,
+                     d.bytes / 1e6, d.tbps, 100 * d.frac_copy, d.speedup_bf16, d.host_us);
   return s;
 }
 
@@ -305,8 +319,8 @@ std::string kernel_bench_json(const KernelBenchResult& r) {
     const DecodeBenchRow& d = r.decode[i];
     s += fmt::format(
         "    {{\"batch\": {}, \"ctx\": {}, \"kernel\": \"{}\", \"us\": {:.3f}, \"bytes_read\": {:.0f}, \"tbps\": {:.4f}, "
-        "\"frac_copy\": {:.4f}, \"speedup_vs_bf16\": {:.4f}}}{}\n",
-        d.batch, d.ctx, d.kernel, d.us, d.bytes, d.tbps, d.frac_copy, d.speedup_bf16, i + 1 < r.decode.size() ? "," : "");
+        "\"frac_copy\": {:.4f}, \"speedup_vs_bf16\": {:.4f}, \"host_us\": {:.3f}}}{}\n",
+        d.batch, d.ctx, d.kernel, d.us, d.bytes, d.tbps, d.frac_copy, d.speedup_bf16, d.host_us, i + 1 < r.decode.size() ? "," : "");
   }
   s += "  ],\n  \"prefill\": [\n";
   for (size_t i = 0; i < r.prefill.size(); ++i) {

@@ -2,7 +2,7 @@
 // throughput of the oscar-cov and oscar-omni INT2/INT4 caches and of our BF16 baseline, through the C API
 // (oscar_kv.h) only. Contract: caches come from oscar_cov_cache_create / oscar_omni_cache_create, bytes
 // read and written from the format headers (oscar/cov_format.h, oscar/omni_format.h); CUDA-event timing,
-// warm-up, median of repeats, caches rotated so that each repeat reads at least 256 MB (more than the L2).
+// warm-up, median of repeats (and of each decode call's CPU time), caches rotated so that each repeat reads at least 256 MB (more than the L2).
 // Throws Error (one line naming what is wrong and what to do) when no GPU is visible or a call fails.
 #pragma once
 #include <cstdio>
@@ -23,6 +23,7 @@ struct DecodeBenchRow {
   int batch = 0, ctx = 0;
   std::string kernel;  // "bf16 (ours)", "int2 oscar-cov", "int4 oscar-omni", ...
   double us = 0, bytes = 0, tbps = 0, frac_copy = 0, speedup_bf16 = 0;
+  double host_us = 0;  // CPU time of one call (the GPU idle before it): the library's fixed cost on the host
 };
 
 // One prefill-quantize measurement: bf16 K+V read, the cache's arrays written.
