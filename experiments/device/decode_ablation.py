@@ -7,12 +7,17 @@ and per call (kernels/python/oscar_kv/timing.py), next to the best PyTorch SDPA 
 first variant) over the same BF16 K/V, and a device-to-device copy of this run. Prints one Markdown table: per variant
 and shape, graph us, share of copy (the bytes a decode step must read over the graph time) and the ratio to SDPA, and
 the output's relative difference to the first variant's (a lever that changes rounding shows there).
+A variant NAME=LIB@two-launch decodes with the caches' arrival counters taken away (oscar_kv.h): the merge runs as a
+kernel of its own instead of in the decode grid. "host us" is the CPU time of one decode call (median; the queue empty,
+the time of a no-op ctypes call into the same library subtracted).
 Usage: python3 decode_ablation.py --variant all=a.so --variant no-lop3=b.so ... [--shapes 128:8:32768 ...] [--bits 2]
 """
 import argparse
 import ctypes as C
 import math
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -35,7 +40,13 @@ def main():
     ap.add_argument("--bits", type=int, default=2)
     ap.add_argument("--reps", type=int, default=20)
     a = ap.parse_args()
-    variants = [(v.split("=", 1)[0], oscar_kv.load(v.split("=", 1)[1])) for v in a.variant]
+    variants = []
+    for v in a.variant:
+        name, spec = v.split("=", 1)
+        path, _, mode = spec.partition("@")
+        if mode not in ("", "two-launch"):
+            sys.exit(f"decode_ablation.py: --variant {v}: unknown mode @{mode}; use @two-launch or none")
+        variants.append((name, oscar_kv.load(path), mode == "two-launch"))
     cp = copy_tbps()
     print(f"device: {torch.cuda.get_device_name()}; copy (read+write) {cp:.3f} TB/s; {a.fmt} INT{a.bits}", flush=True)
     rows = []
@@ -63,12 +74,20 @@ def main():
         ws = torch.empty(wsb // 4 + 4, dtype=torch.float32, device="cuda")
         bf = graph_us(lambda i: lib0.call("oscar_bf16_decode", ks[i % nrot].data_ptr(), vs[i % nrot].data_ptr(), B, hkv, L, D, q.data_ptr(),
                                           hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(), wsb, stream()), 20, a.reps)
+        bf_host = host_us(lambda: lib0.call("oscar_bf16_decode", ks[0].data_ptr(), vs[0].data_ptr(), B, hkv, L, D, q.data_ptr(), hq,
+                                            lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(), wsb, stream()),
+                          lambda: lib0.dll.oscar_cov_shape_supported(D, a.bits), a.reps * 5)
+        print(f"  our bf16 hd{D} B={B} L={L}: graph {bf:.1f} us, host {bf_host:.1f} us (plan and two launches)", flush=True)
         per_head = cov_read_bytes(L, D, a.bits) if a.fmt == "cov" else omni_read_bytes(L, D, a.bits, hkv)
         ref = None
-        for name, lib in variants:
+        for name, lib, two in variants:
             create = lib.cov_cache_create if a.fmt == "cov" else lib.omni_cache_create
             destroy = lib.cov_cache_destroy if a.fmt == "cov" else lib.omni_cache_destroy
             caches = [create(B, hkv, D, a.bits, L) for _ in range(nrot)]
+            kept = [cc.arrivals for cc in caches]
+            if two:
+                for cc in caches:
+                    cc.arrivals = None
             try:
                 for r in range(nrot):
                     lib.call(f"oscar_{a.fmt}_prefill", C.byref(caches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L, stream())
@@ -78,24 +97,40 @@ def main():
                              ws.data_ptr(), wsb, stream())
                 g = graph_us(dec, 20, a.reps)
                 c = per_call_us(dec, 5, a.reps)
+                host = host_us(lambda: dec(0), lambda: lib.dll.oscar_cov_shape_supported(D, a.bits), a.reps * 5)
                 dec(0)
                 torch.cuda.synchronize()
                 o = out.clone()
                 diff = 0.0 if ref is None else float((o - ref).norm() / ref.norm())
                 ref = o if ref is None else ref
             finally:
-                for cc in caches:
+                for cc, k in zip(caches, kept):
+                    cc.arrivals = k
                     destroy(cc)
             frac = B * hkv * per_head / (g * 1e-6) / 1e12 / cp
-            rows.append((name, D, B, L, g, c, frac, best / g if best else float("nan"), bf / g, diff))
-            print(f"  {name} hd{D} B={B} L={L}: graph {g:.1f} us, per call {c:.1f} us, {100 * frac:.0f}% of copy", flush=True)
+            rows.append((name, D, B, L, g, c, host, frac, best / g if best else float("nan"), bf / g, diff))
+            print(f"  {name} hd{D} B={B} L={L}: graph {g:.1f} us, per call {c:.1f} us, host {host:.1f} us, {100 * frac:.0f}% of copy",
+                  flush=True)
         del ks, vs, ws
         torch.cuda.empty_cache()
-    print(f"\n| variant | head_dim | batch | ctx | graph us | per call us | of copy | x best SDPA (graph) | x our bf16 (graph) | "
-          f"output vs {variants[0][0]} |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for n, D, B, L, g, c, frac, xs, xb, diff in rows:
-        print(f"| {n} | {D} | {B} | {L} | {g:.1f} | {c:.1f} | {100 * frac:.0f}% | {xs:.2f}x | {xb:.2f}x | {diff:.1e} |")
+    print(f"\n| variant | head_dim | batch | ctx | graph us | per call us | host us | of copy | x best SDPA (graph) | "
+          f"x our bf16 (graph) | output vs {variants[0][0]} |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for n, D, B, L, g, c, host, frac, xs, xb, diff in rows:
+        print(f"| {n} | {D} | {B} | {L} | {g:.1f} | {c:.1f} | {host:.1f} | {100 * frac:.0f}% | {xs:.2f}x | {xb:.2f}x | {diff:.1e} |")
+
+
+def host_us(call, noop, reps):
+    """Median CPU time of call() with the GPU idle before each (so that the launch queue never blocks), minus noop()'s."""
+    def med(f):
+        ts = []
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter_ns()
+            f()
+            ts.append(time.perf_counter_ns() - t0)
+        return statistics.median(ts) / 1e3
+    return med(call) - med(noop)
 
 
 if __name__ == "__main__":
