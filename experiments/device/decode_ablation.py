@@ -8,7 +8,8 @@ first variant) over the same BF16 K/V, and a device-to-device copy of this run. 
 and shape, graph us, share of copy (the bytes a decode step must read over the graph time) and the ratio to SDPA, and
 the output's relative difference to the first variant's (a lever that changes rounding shows there).
 A variant NAME=LIB@two-launch decodes with the caches' arrival counters taken away (oscar_kv.h): the merge runs as a
-kernel of its own instead of in the decode grid. "host us" is the CPU time of one decode call (median; the queue empty,
+kernel of its own instead of in the decode grid. Every variant's caches are made and filled first; the graph times are
+the best of --passes rounds over the variants in turn. "host us" is the CPU time of one decode call (median; the queue empty,
 the time of a no-op ctypes call into the same library subtracted).
 Usage: python3 decode_ablation.py --variant all=a.so --variant no-lop3=b.so ... [--shapes 128:8:32768 ...] [--bits 2]
 """
@@ -39,6 +40,7 @@ def main():
     ap.add_argument("--fmt", choices=["cov", "omni"], default="cov")
     ap.add_argument("--bits", type=int, default=2)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--passes", type=int, default=2, help="graph timings of every variant, in turn; the best is reported")
     a = ap.parse_args()
     variants = []
     for v in a.variant:
@@ -79,23 +81,33 @@ def main():
                           lambda: lib0.dll.oscar_cov_shape_supported(D, a.bits), a.reps * 5)
         print(f"  our bf16 hd{D} B={B} L={L}: graph {bf:.1f} us, host {bf_host:.1f} us (plan and two launches)", flush=True)
         per_head = cov_read_bytes(L, D, a.bits) if a.fmt == "cov" else omni_read_bytes(L, D, a.bits, hkv)
-        ref = None
-        for name, lib, two in variants:
-            create = lib.cov_cache_create if a.fmt == "cov" else lib.omni_cache_create
-            destroy = lib.cov_cache_destroy if a.fmt == "cov" else lib.omni_cache_destroy
-            caches = [create(B, hkv, D, a.bits, L) for _ in range(nrot)]
-            kept = [cc.arrivals for cc in caches]
-            if two:
-                for cc in caches:
-                    cc.arrivals = None
-            try:
+        made = []  # (name, lib, caches, counters kept) of every variant, all alive while the variants are timed
+        try:
+            for name, lib, two in variants:
+                create = lib.cov_cache_create if a.fmt == "cov" else lib.omni_cache_create
+                caches = [create(B, hkv, D, a.bits, L) for _ in range(nrot)]
+                made.append((name, lib, caches, [cc.arrivals for cc in caches]))
+                if two:
+                    for cc in caches:
+                        cc.arrivals = None
                 for r in range(nrot):
                     lib.call(f"oscar_{a.fmt}_prefill", C.byref(caches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L, stream())
 
+            def decoder(lib, caches):
                 def dec(i):
                     lib.call(f"oscar_{a.fmt}_decode", C.byref(caches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(),
                              ws.data_ptr(), wsb, stream())
-                g = graph_us(dec, 20, a.reps)
+                return dec
+            decs = [decoder(lib, caches) for _, lib, caches, _ in made]
+            # Graph times: every variant once per pass, the best of the passes (the first variant timed at a shape
+            # measured up to ~8% slow at batch 32 on the H200, whichever it was).
+            g_best = [math.inf] * len(made)
+            for _ in range(a.passes):
+                for k, dec in enumerate(decs):
+                    g_best[k] = min(g_best[k], graph_us(dec, 20, a.reps))
+            ref = None
+            for k, ((name, lib, _, _), dec) in enumerate(zip(made, decs)):
+                g = g_best[k]
                 c = per_call_us(dec, 5, a.reps)
                 host = host_us(lambda: dec(0), lambda: lib.dll.oscar_cov_shape_supported(D, a.bits), a.reps * 5)
                 dec(0)
@@ -103,15 +115,16 @@ def main():
                 o = out.clone()
                 diff = 0.0 if ref is None else float((o - ref).norm() / ref.norm())
                 ref = o if ref is None else ref
-            finally:
-                for cc, k in zip(caches, kept):
-                    cc.arrivals = k
-                    destroy(cc)
-            frac = B * hkv * per_head / (g * 1e-6) / 1e12 / cp
-            rows.append((name, D, B, L, g, c, host, frac, best / g if best else float("nan"), bf / g, diff))
-            print(f"  {name} hd{D} B={B} L={L}: graph {g:.1f} us, per call {c:.1f} us, host {host:.1f} us, {100 * frac:.0f}% of copy",
-                  flush=True)
-        del ks, vs, ws
+                frac = B * hkv * per_head / (g * 1e-6) / 1e12 / cp
+                rows.append((name, D, B, L, g, c, host, frac, best / g if best else float("nan"), bf / g, diff))
+                print(f"  {name} hd{D} B={B} L={L}: graph {g:.1f} us, per call {c:.1f} us, host {host:.1f} us, {100 * frac:.0f}% of copy",
+                      flush=True)
+        finally:
+            for _, lib, caches, kept in made:
+                for cc, kp in zip(caches, kept):
+                    cc.arrivals = kp
+                    (lib.cov_cache_destroy if a.fmt == "cov" else lib.omni_cache_destroy)(cc)
+        ks = vs = ws = None  # free the shape's tensors before the next one
         torch.cuda.empty_cache()
     print(f"\n| variant | head_dim | batch | ctx | graph us | per call us | host us | of copy | x best SDPA (graph) | "
           f"x our bf16 (graph) | output vs {variants[0][0]} |")
