@@ -4,7 +4,7 @@
 Disassembles OBJ (an object file or library holding sm_90a SASS) with cuobjdump, finds in every kernel whose name
 matches --kernel (default: decode_kernel) the loop that streams the packed body (the backward branch whose range
 holds the most fp16 MMAs: the quantized keys' QK) and prints its instructions by class, over the chunk and per token
-(the chunk's tokens: 64 at INT2, 32 at INT4, from the template arguments <HD, BITS>). A static count: every
+(the chunk's tokens: oscar-cov 64 at INT2, 32 at INT4, from the template arguments <HD, BITS>; oscar-omni 32, its key block). A static count: every
 instruction of the loop once, the rare branches (a partial last chunk, a rescale) included; ncu's inst_executed is
 the dynamic count. cuobjdump ships with the CUDA toolkit, or in PyPI's nvidia-cuda-cuobjdump wheel."""
 import argparse
@@ -78,9 +78,9 @@ def main():
         if not loop or not m:
             continue
         hd, bits = int(m.group(1)), int(m.group(2))
-        ch = 64 if bits == 2 else 32
-        count = collections.Counter(cls(op) for _, op, _a in loop)
         fmt = re.sub(r".*_(\w+?)_decode_cu.*", r"\1", name)
+        ch = 32 if fmt == "omni" or bits == 4 else 64  # oscar-omni: one 32-token key block per chunk
+        count = collections.Counter(cls(op) for _, op, _a in loop)
         print(f"| {fmt} hd{hd} INT{bits} | {ch} | {len(loop)} | {len(loop) / ch:.1f} | " + " | ".join(f"{count[n] / ch:.2f}" for n in names) + " |")
 
 

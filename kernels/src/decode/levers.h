@@ -4,7 +4,7 @@
 //   EX2    the softmax's 2^x as one ex2.approx.ftz (decode/warp_state.cuh) instead of exp2f's four instructions
 //   SCORE  oscar-cov scores as one FMA: the MMA accumulator starts at -qbias, the softmax scale folded into the key
 //          scale and sum(q), masking only in a split's partial last chunk, P' rounded to bf16 once
-//   LAZY   oscar-cov's online softmax rescales only when the running max grows by more than 2^8 (warp vote)
+//   LAZY   the online softmax (oscar-cov, oscar-omni) rescales only when the running max grows by more than 2^8 (warp vote)
 //   FENCE  the in-grid merge's arrival (decode/unit_merge.cuh) as one release/acquire atomic of thread 0 after the
 //          block's barrier, instead of a __threadfence() by every thread before it
 #pragma once

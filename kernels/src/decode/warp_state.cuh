@@ -20,15 +20,15 @@ struct Tiles {
   static_assert(HD == 64 || HD == 128 || HD == 256, "head_dim 64, 128 or 256");
   static constexpr int MT = HD / 16;   // PV m-tiles = QK k-steps
   static constexpr int CPT = HD / 8;   // output channels per lane row g
-  static constexpr int NEX = HD / 32 > 4 ? HD / 32 : 4;  // WarpState::ex rows: 4, or one per 32-channel group (oscar-omni, HD 256)
+  static constexpr int NEX = 2;  // WarpState::ex rows
 };
 
 template <int HD>
 struct WarpState {
   float acc[Tiles<HD>::MT][4];  // [m-tile][c0..c3]: (row g, q 2t), (row g, q 2t+1), (row g+8, q 2t), (row g+8, q 2t+1)
   float m[2], l[2];
-  float ex[Tiles<HD>::NEX][2];  // per-format sums rescaled with the state (oscar-cov: zero-point sum, P' sum; oscar-omni: zero-point
-                                // sums per 32-channel group); rows a kernel never reads are dead code
+  float ex[Tiles<HD>::NEX][2];  // per-format sums rescaled with the state (oscar-cov: zero-point sum, P' sum; oscar-omni: the
+                                // zero-point sum of the lane's value group); rows a kernel never reads are dead code
   float off[2];    // oscar-omni: the mid-code offset taken out of acc chunk by chunk
 };
 

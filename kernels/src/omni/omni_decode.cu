@@ -12,8 +12,9 @@
 //  * Values: v^_tc = s_tg code_tc + z_tg with g = c / 32. A lane's PV fragments cover its HD/8 channels
 //    [HD/8 g, HD/8 (g + 1)), inside one value group (HD/8 <= 32), so its A fragment (two tokens of one
 //    channel) is dequantized in place with one fp16 FMA by the two tokens' fp16 scales (exact operands, one
-//    rounding); the weights are fp16 and the zero points enter as sum_t p_t z_tg per group (HD/32 groups)
-//    with the same rounded weights, added after the combine.
+//    rounding); the weights are fp16 and the zero points enter as sum_t p_t z_tg of the lane's own group,
+//    from the same MMA (and the same rounded weights) that sums p_t s_tg for the centring, added after the
+//    combine.
 //  * Residual tokens (BF16) are served by window blocks with the shared BF16 tile.
 //  * Grid: (splits + nwin) x (batch * kv_heads) x (query groups of 8), decode/split_plan.h.
 #include "api_util.h"
@@ -76,10 +77,13 @@ __device__ __forceinline__ uint32_t hfma2_f16(uint32_t a, uint32_t b, uint32_t c
   __half2 r = __hfma2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b), *reinterpret_cast<const __half2*>(&c));
   return *reinterpret_cast<uint32_t*>(&r);
 }
-// The P V weights are taken as p 2^K, K = 15 to start with (p <= 1: finite in fp16), so that weights
-// down to 2^-29 keep fp16's full precision (p itself would go subnormal below 2^-14); acc, ex and off
-// carry the factor and the epilogue divides it out.
-constexpr float kOmniPScaleMax = 32768.0f;
+// The P V weights are taken as p 2^K, K = 15 - kLazyRescale to start with (p <= 2^kLazyRescale under the
+// lazy rescale, decode/warp_state.cuh: p 2^K <= 2^15, finite in fp16), so that weights down to 2^-(14 + K)
+// keep fp16's full precision (p itself would go subnormal below 2^-14); acc, ex and off carry the factor and
+// the epilogue divides it out. Without the lazy rescale (p <= 1) K = 15.
+constexpr bool kOmniLazy = OSCAR_LEVER_LAZY != 0;  // decode/levers.h
+constexpr float kOmniPScaleMax = kOmniLazy ? 32768.0f / 256.0f : 32768.0f;
+static_assert(kLazyRescale == 8.0f, "kOmniPScaleMax assumes p <= 2^8");
 // 2^(BITS pos) of the value codes of m-tile mt, row half rh (fp16 magic positions; at HD 64 the two rows
 // of an m-tile can differ).
 template <int HD, int BITS>
@@ -99,7 +103,6 @@ __device__ __forceinline__ void omni_chunk(WarpState<HD>& st, float& pw, const u
   using S = OmniStage<HD, BITS>;
   using M10 = MagicPos<BITS, 10>;
   constexpr int MT = Tiles<HD>::MT, CPT = Tiles<HD>::CPT, NG = S::NG;
-  static_assert(NG <= Tiles<HD>::NEX, "a zero-point sum per value group");
   constexpr int CB = S::CB, PW = 16 / BITS, CW = 32 / BITS;
   constexpr int KW = HD * BITS / 128;  // words per lane per token for QK (channels HD/4 t ..)
   constexpr int VB = HD * BITS / 64;   // bytes per lane per token for PV (channels CPT g ..)
@@ -165,22 +168,26 @@ __device__ __forceinline__ void omni_chunk(WarpState<HD>& st, float& pw, const u
       for (int j = 0; j < 2; ++j) s[u][2 * r + j] = n * (c[2 * r + j] + c2[2 * r + j] + bias[j]) * fsc[j];
     }
   }
-  softmax_step<2>(st, s, cap2);
+  softmax_step<2, kOmniLazy>(st, s, cap2);
   // P V in fp16. The weights are rounded to fp16 once and the same rounded weights enter the MMA and the
   // zero-point sums. A fragments: fp16(code 2^(BITS pos) s') by one HFMA2 on the magic codes (1024 + code
   // 2^(BITS pos)) with the two tokens' value scales s' and the exact constant -1024 s' (the fp16 scale is
   // used as stored; the 2^(BITS pos) factor is removed per output channel in the epilogue). -1024 s' must
   // stay finite: s' = s 2^-k with k = 0 unless a scale of the chunk reaches 64 (rare; then B carries 2^k,
-  // exactly, and the weight factor 2^K drops to at most 2^(15 - k), the warp's state rescaled with it).
-  // cs sums p s of this thread's value group over the chunk (an MMA with the scales as A).
-  uint32_t sv[2][2];  // [u][pr]: fp16 scales of tokens (16u + 2t + 8pr, +1) in group grp
+  // exactly, and the weight factor 2^K drops to at most kOmniPScaleMax 2^-k, the warp's state rescaled with it).
+  // One MMA per sub-tile with the value parameters of the lane's own group as A (row g: scales, row g + 8:
+  // zero points) sums, over the chunk, p s (cs[0..1], for the centring) and p z (cs[2..3], the zero-point term
+  // of the lane's output channels; exact fp16 products, fp32 sums).
+  uint32_t sv[2][2], zv[2][2];  // [u][pr]: fp16 scales / zero points of tokens (16u + 2t + 8pr, +1) in group grp
   bool big = false;
 #pragma unroll
   for (int u = 0; u < 2; ++u)
 #pragma unroll
     for (int pr = 0; pr < 2; ++pr) {
       const int i0 = 16 * u + 2 * t + 8 * pr;
-      sv[u][pr] = prmt(vpw[i0 * NG + grp], vpw[(i0 + 1) * NG + grp], 0x5410);
+      const uint32_t w0 = vpw[i0 * NG + grp], w1 = vpw[(i0 + 1) * NG + grp];
+      sv[u][pr] = prmt(w0, w1, 0x5410);
+      zv[u][pr] = prmt(w0, w1, 0x7632);
       big |= __vcmpgeu2(sv[u][pr] & 0x7FFF7FFFu, 0x54005400u) != 0u;  // |s| >= 64
     }
   uint32_t bscale = 0u;  // fp16x2 2^k for the B fragments when k > 0
@@ -197,9 +204,9 @@ __device__ __forceinline__ void omni_chunk(WarpState<HD>& st, float& pw, const u
 #pragma unroll
     for (int u = 0; u < 2; ++u)
 #pragma unroll
-      for (int pr = 0; pr < 2; ++pr) sv[u][pr] = hmul2_f16(sv[u][pr], down);
+      for (int pr = 0; pr < 2; ++pr) { sv[u][pr] = hmul2_f16(sv[u][pr], down); zv[u][pr] = hmul2_f16(zv[u][pr], down); }
     bscale = half2_const(ldexpf(1.0f, k));
-    const float lim = ldexpf(1.0f, 15 - k);  // p 2^K 2^k <= 2^15
+    const float lim = ldexpf(kOmniPScaleMax, -k);  // p 2^K 2^k <= 2^15
     if (pw > lim) {
       const float r = lim / pw;  // a power of two: exact
       pw = lim;
@@ -210,8 +217,7 @@ __device__ __forceinline__ void omni_chunk(WarpState<HD>& st, float& pw, const u
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         st.off[j] *= r;
-#pragma unroll
-        for (int gr = 0; gr < NG; ++gr) st.ex[gr][j] *= r;
+        st.ex[0][j] *= r;
       }
     }
   }
@@ -219,23 +225,13 @@ __device__ __forceinline__ void omni_chunk(WarpState<HD>& st, float& pw, const u
 #pragma unroll
   for (int u = 0; u < 2; ++u) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) s[u][i] = __half2float(__float2half_rn(s[u][i] * pw));
-    // zero points: sum over this thread's C-layout tokens (16u + g + 8r) of p * z, per group
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      uint32_t zw[NG];
-      load_words<NG>(vpw + (16 * u + g + 8 * r) * NG, zw);
-#pragma unroll
-      for (int gr = 0; gr < NG; ++gr)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) st.ex[gr][j] += s[u][2 * r + j] * half_hi(zw[gr]);
-    }
+    for (int i = 0; i < 4; ++i) s[u][i] *= pw;  // rounded to fp16 once, by p_to_bfrag
     uint32_t b[2];
     p_to_bfrag<true>(ps, g, t, s[u][0], s[u][1], s[u][2], s[u][3], b);
     if (bscale) { b[0] = hmul2_f16(b[0], bscale); b[1] = hmul2_f16(b[1], bscale); }
     const uint32_t neg1024 = half2_const(-1024.0f);
     const uint32_t nz[2] = {hmul2_f16(sv[u][0], neg1024), hmul2_f16(sv[u][1], neg1024)};
-    const uint32_t sa[4] = {sv[u][0], sv[u][0], sv[u][1], sv[u][1]};
+    const uint32_t sa[4] = {sv[u][0], zv[u][0], sv[u][1], zv[u][1]};
     mma_f16(cs, sa, b);
     uint32_t vw[4][VW];
 #pragma unroll
@@ -257,9 +253,12 @@ __device__ __forceinline__ void omni_chunk(WarpState<HD>& st, float& pw, const u
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) st.acc[mt][i] = fmaf(-mid_code<BITS>() * omni_vpos_factor<HD, BITS>(mt, i >> 1), cs[i], st.acc[mt][i]);
+    for (int i = 0; i < 4; ++i) st.acc[mt][i] = fmaf(-mid_code<BITS>() * omni_vpos_factor<HD, BITS>(mt, i >> 1), cs[i & 1], st.acc[mt][i]);
 #pragma unroll
-  for (int j = 0; j < 2; ++j) st.off[j] = fmaf(mid_code<BITS>(), cs[j], st.off[j]);
+  for (int j = 0; j < 2; ++j) {
+    st.off[j] = fmaf(mid_code<BITS>(), cs[j], st.off[j]);
+    st.ex[0][j] += cs[2 + j];
+  }
 }
 
 // Query fragments for the omni body: thread t holds channels [HD/4 t, HD/4 (t + 1)) of query slot g (pairs
@@ -297,7 +296,7 @@ constexpr size_t omni_smem_bytes() {
 // blockIdx.x = split (>= nsplit: the BF16 residual block), blockIdx.y = b * Hkv + h, blockIdx.z = query group.
 template <int HD, int BITS>
 __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) omni_decode_kernel(OmniView c, DecodeArgs a) {
-  constexpr int MT = Tiles<HD>::MT, CPT = Tiles<HD>::CPT;
+  constexpr int MT = Tiles<HD>::MT;
   using S = OmniStage<HD, BITS>;
   constexpr int kStages = S::STAGES;
   __shared__ __align__(16) uint16_t ps_all[kWarps][16 * 8];
@@ -367,22 +366,12 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) omni_dec
   cp_async_wait<0>();
   __syncthreads();  // the stages are reused as CombineSmem
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    st.l[j] = sum_over_g(st.l[j]);
-#pragma unroll
-    for (int gr = 0; gr < S::NG; ++gr) st.ex[gr][j] = sum_over_g(st.ex[gr][j]);
-  }
+  for (int j = 0; j < 2; ++j) st.l[j] = sum_over_g(st.l[j]);
   const float ipw = 1.0f / pw;  // exact (a power of two)
-  // this thread's output channels CPT g .. CPT g + CPT - 1 lie in value group CPT g / 32 (selected without
-  // dynamic indexing)
-  const int grp = CPT * g / kValueGroup;
-  float zsel[2] = {0.f, 0.f};
-#pragma unroll
-  for (int gr = 0; gr < S::NG; ++gr)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) zsel[j] = gr == grp ? st.ex[gr][j] : zsel[j];
+  // st.ex[0] already sums p z over the split for this thread's value group (the MMA rows of omni_chunk), st.off the
+  // mid-code offset: both whole sums, not per-row parts
   block_partial<HD>(
-      st, [&](int mt, int rh, int j, float v) { return fmaf(v, 1.0f / omni_vpos_factor<HD, BITS>(mt, rh), zsel[j] + st.off[j]) * ipw; },
+      st, [&](int mt, int rh, int j, float v) { return fmaf(v, 1.0f / omni_vpos_factor<HD, BITS>(mt, rh), st.ex[0][j] + st.off[j]) * ipw; },
       a, qg, bh, split, cs, warp, g, t);
 }
 
