@@ -196,6 +196,111 @@ __device__ __forceinline__ void int_chunk(WarpState<HD>& st, const uint8_t* stg,
     for (int i = 0; i < 4; ++i) st.acc[mt][i] = fmaf(-(128.0f + kMid * vpos_factor<HD, BITS>(mt, i >> 1)), pc[i], st.acc[mt][i]);
 }
 
+// Dense query packing (GQA <= 4, DENSE): query slots 0-3 of the MMA's N read the first 16-token sub-tile of a pair
+// and slots 4-7 the second: the A fragment's k 0-7 hold one channel pair of the first sub-tile's tokens, k 8-15 the
+// same pair of the second's, and the query fragments are block-diagonal (qd[p] = {q, 0} in lanes g < 4, {0, q} in
+// lanes g >= 4: one MMA per channel pair and sub-tile pair, as many MMAs and LOP3s as before). So every score a lane
+// holds is real: lane (g, t) holds tokens g, g + 8 of sub-tile 2 u2 + (t >> 1) for query slots 2 (t & 1), +1, and the
+// softmax does half the work of the padded layout. P' goes through 512 bytes of shared memory per warp (slots 4-7
+// stay zero), the value MMAs are unchanged (padding columns zero).
+template <int HD, int BITS>
+__device__ __forceinline__ void int_chunk_dense(WarpState<HD>& st, const uint8_t* stg, int n, const uint32_t (&qd)[2 * Tiles<HD>::MT][2],
+                                                const float (&qsum)[2], const float (&qbias)[2], float sl2, float cap2, uint16_t* ps, int g,
+                                                int t) {
+  using S = IntStage<HD, BITS>;
+  constexpr int MT = Tiles<HD>::MT;
+  constexpr int PAIRS = S::CH / 32;
+  constexpr int CB = S::CB;
+  constexpr int KW = HD * BITS / 128;
+  constexpr int VB = HD * BITS / 64;
+  constexpr int VW = VB >= 4 ? VB / 4 : 1;
+  constexpr int PW = 16 / BITS;
+  constexpr float kMid = mid_code<BITS>();
+  const uint8_t* kc = stg;
+  const uint8_t* vc = stg + S::CH * CB;
+  const uint32_t* kp = reinterpret_cast<const uint32_t*>(stg + 2 * S::CH * CB);
+  const uint32_t* vp = kp + S::CH;
+  const int hs = t >> 1;  // the sub-tile of a pair whose scores this lane holds
+  float s[PAIRS][4];
+#pragma unroll
+  for (int u2 = 0; u2 < PAIRS; ++u2) {
+    uint32_t kw[2][2][KW];
+#pragma unroll
+    for (int sb = 0; sb < 2; ++sb)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) load_words<KW>(kc + (32 * u2 + 16 * sb + g + 8 * r) * CB + t * KW * 4, kw[sb][r]);
+    float c[4] = {-qbias[0], -qbias[1], -qbias[0], -qbias[1]}, c2[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int p = 0; p < 2 * MT; ++p) {
+      const uint32_t a[4] = {codes_f16x2<BITS>(kw[0][0][p / PW], p % PW), codes_f16x2<BITS>(kw[0][1][p / PW], p % PW),
+                             codes_f16x2<BITS>(kw[1][0][p / PW], p % PW), codes_f16x2<BITS>(kw[1][1][p / PW], p % PW)};
+      if (p & 1) mma_f16(c2, a, qd[p]);
+      else mma_f16(c, a, qd[p]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t kpar = kp[32 * u2 + 16 * hs + g + 8 * r];
+      const float ksc = half_lo(kpar) * sl2, kz = half_hi(kpar);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) s[u2][2 * r + j] = fmaf(ksc, c[2 * r + j] + c2[2 * r + j], kz * qsum[j]);
+    }
+  }
+  if (n < S::CH) {
+#pragma unroll
+    for (int u2 = 0; u2 < PAIRS; ++u2)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        if (32 * u2 + 16 * hs + g + 8 * (i >> 1) >= n) s[u2][i] = -INFINITY;
+  }
+  softmax_step<PAIRS, kLazy, true>(st, s, cap2);
+  float pc[4] = {0.f, 0.f, 0.f, 0.f};
+  const uint32_t ones[4] = {0x3F803F80u, 0x3F803F80u, 0x3F803F80u, 0x3F803F80u};
+  uint32_t* ps32 = reinterpret_cast<uint32_t*>(ps);
+#pragma unroll
+  for (int u2 = 0; u2 < PAIRS; ++u2) {
+    __syncwarp();  // the previous pair's B reads are done
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t vpar = vp[32 * u2 + 16 * hs + g + 8 * r];
+      const float vsc = half_lo(vpar), vz = half_hi(vpar);
+      float pp[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        st.ex[0][j] += s[u2][2 * r + j] * vz;
+        pp[j] = s[u2][2 * r + j] * vsc;
+        st.ex[1][j] += pp[j];
+      }
+      ps32[(16 * hs + g + 8 * r) * 4 + (t & 1)] = pack_bf16(pp[0], pp[1]);  // P'[token][slots 2 (t & 1), +1]
+    }
+    __syncwarp();
+#pragma unroll
+    for (int sb = 0; sb < 2; ++sb) {
+      const uint16_t* pt = ps + 16 * sb * 8;
+      uint32_t b[2];
+      b[0] = static_cast<uint32_t>(pt[(2 * t) * 8 + g]) | (static_cast<uint32_t>(pt[(2 * t + 1) * 8 + g]) << 16);
+      b[1] = static_cast<uint32_t>(pt[(2 * t + 8) * 8 + g]) | (static_cast<uint32_t>(pt[(2 * t + 9) * 8 + g]) << 16);
+      mma_bf16(pc, ones, b);
+      const int u = 2 * u2 + sb;
+      uint32_t vw[4][VW];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) load_words<VW, (VB < 4)>(vc + (16 * u + 2 * t + (r & 1) + 8 * (r >> 1)) * CB + g * VB, vw[r]);
+      uint32_t lo[2][VW], hi[2][VW];
+      pair_tokens<VW>(vw, lo, hi);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        uint32_t a[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) a[k] = codes_bf16x2<BITS>(v_pair_word<BITS, VW, HD>(lo, hi, mt, k), v_pair_code<BITS, HD>(mt, k));
+        mma_bf16(st.acc[mt], a, b);
+      }
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st.acc[mt][i] = fmaf(-(128.0f + kMid * vpos_factor<HD, BITS>(mt, i >> 1)), pc[i], st.acc[mt][i]);
+}
+
 // Query fragments of the packed path (fp16): pair index p of lane t maps to channels
 // ch0 = HD/4 t + (p / PW) CW + p % PW and ch0 + PW (the codes' order within the lane's words).
 template <int HD, int BITS>
@@ -228,10 +333,11 @@ constexpr size_t decode_smem_bytes() {
 }
 
 // blockIdx.x = split (>= nsplit: the BF16 sink + recent windows), blockIdx.y = b * Hkv + h, blockIdx.z = query group.
-template <int HD, int BITS>
+// DENSE: dense query packing (int_chunk_dense), for query groups of at most 4 heads.
+template <int HD, int BITS, bool DENSE>
 __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_kernel(CovView c, DecodeArgs a) {
   constexpr int MT = Tiles<HD>::MT;
-  __shared__ __align__(16) uint16_t ps_all[kWarps][16 * 8];
+  __shared__ __align__(16) uint16_t ps_all[kWarps][(DENSE ? 32 : 16) * 8];
   extern __shared__ __align__(16) uint8_t dyn_smem[];  // per-warp cp.async stages, then (aliased) CombineSmem
   CombineSmem<HD>& cs = *reinterpret_cast<CombineSmem<HD>*>(dyn_smem);
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");  // let the merge grid get resident early
@@ -242,7 +348,7 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_k
   const QueryGroup qg = query_group(a);
   const int64_t L = max(0, a.lens[b]);
   const int64_t nb = covfmt::body_tokens(L, c.S, c.W);
-  const uint16_t* qrow = query_row<HD>(a, b, h, qg, g);
+  const uint16_t* qrow = query_row<HD>(a, b, h, qg, g);  // (the BF16 windows and the padded layout: slot g)
   const bool qlive = g < qg.nq;
   uint16_t* ps = ps_all[warp];
   WarpState<HD> st;
@@ -274,16 +380,30 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_k
     block_partial_bf16<HD>(st, a, qg, bh, split, cs, warp, g, t);
     return;
   }
+  // DENSE: column g of the query fragments is query slot g & 3 (block-diagonal, see int_chunk_dense); a lane's
+  // scores are of slots 2 (t & 1) + j
   uint32_t qf[MT][2];
   float qpart, qb;
-  load_q_int<HD, BITS>(qrow, qlive, t, qf, qpart, qb);
+  load_q_int<HD, BITS>(DENSE ? query_row<HD>(a, b, h, qg, g & 3) : qrow, DENSE ? (g & 3) < qg.nq : qlive, t, qf, qpart, qb);
   qpart += __shfl_xor_sync(0xffffffffu, qpart, 1);
   qpart += __shfl_xor_sync(0xffffffffu, qpart, 2);  // sum(q) of query slot g
   qb += __shfl_xor_sync(0xffffffffu, qb, 1);
   qb += __shfl_xor_sync(0xffffffffu, qb, 2);
   const float qsc = OSCAR_LEVER_SCORE ? a.sl2 : 1.0f;  // SCORE: sl2 sum(q)
-  const float qsum[2] = {qsc * __shfl_sync(0xffffffffu, qpart, (2 * t) * 4), qsc * __shfl_sync(0xffffffffu, qpart, (2 * t + 1) * 4)};
-  const float qbias[2] = {__shfl_sync(0xffffffffu, qb, (2 * t) * 4), __shfl_sync(0xffffffffu, qb, (2 * t + 1) * 4)};
+  const int qs0 = DENSE ? 2 * (t & 1) : 2 * t;  // the lane's first score slot
+  const float qsum[2] = {qsc * __shfl_sync(0xffffffffu, qpart, qs0 * 4), qsc * __shfl_sync(0xffffffffu, qpart, (qs0 + 1) * 4)};
+  const float qbias[2] = {__shfl_sync(0xffffffffu, qb, qs0 * 4), __shfl_sync(0xffffffffu, qb, (qs0 + 1) * 4)};
+  uint32_t qd[DENSE ? 2 * MT : 1][2];
+  if constexpr (DENSE) {
+    const bool upper = g >= 4;
+#pragma unroll
+    for (int p = 0; p < 2 * MT; ++p) {
+      qd[p][0] = upper ? 0u : qf[p / 2][p % 2];
+      qd[p][1] = upper ? qf[p / 2][p % 2] : 0u;
+    }
+    reinterpret_cast<uint4*>(ps)[lane] = make_uint4(0u, 0u, 0u, 0u);  // 512 bytes: slots 4-7 stay zero
+    __syncwarp();
+  }
   using S = IntStage<HD, BITS>;
   const uint8_t* kc = c.kc + bh * c.cap * S::CB;
   const uint8_t* vc = c.vc + bh * c.cap * S::CB;
@@ -308,7 +428,11 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_k
     nxt += step;
     cp_async_wait<kStages - 1>();
     __syncwarp();
-    int_chunk<HD, BITS>(st, wst + stage * S::BYTES, static_cast<int>(min64(S::CH, end - base)), qf, qsum, qbias, a.sl2, a.cap2, ps, g, t);
+    if constexpr (DENSE)
+      int_chunk_dense<HD, BITS>(st, wst + stage * S::BYTES, static_cast<int>(min64(S::CH, end - base)), qd, qsum, qbias, a.sl2, a.cap2, ps,
+                                g, t);
+    else
+      int_chunk<HD, BITS>(st, wst + stage * S::BYTES, static_cast<int>(min64(S::CH, end - base)), qf, qsum, qbias, a.sl2, a.cap2, ps, g, t);
     __syncwarp();
     stage = stage + 1 == kStages ? 0 : stage + 1;
   }
@@ -319,6 +443,11 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_k
     st.l[j] = sum_over_g(st.l[j]);
     st.ex[0][j] = sum_over_g(st.ex[0][j]);
     st.ex[1][j] = sum_over_g(st.ex[1][j]);
+    if (DENSE) {  // lanes t and t ^ 2 summed other tokens of the same slots; lanes t < 2 then hold slots 2t + j
+      st.l[j] += __shfl_xor_sync(0xffffffffu, st.l[j], 2);
+      st.ex[0][j] += __shfl_xor_sync(0xffffffffu, st.ex[0][j], 2);
+      st.ex[1][j] += __shfl_xor_sync(0xffffffffu, st.ex[1][j], 2);
+    }
   }
   // PV: acc holds sum(P' (code - mid)) * 2^(BITS*pos) (int_chunk took the offsets out): undo the code
   // shift, add back mid * sum(p * scale_v) and sum(p * zero_v).
@@ -336,10 +465,12 @@ template <int HD, int BITS>
 oscar_status cov_decode(const CovView& c, const DecodeArgs& a, cudaStream_t s, oscar_error* err) {
   const char* fn = "oscar_cov_decode";
   constexpr size_t smem = decode_smem_bytes<HD, BITS>();
+  const bool dense = OSCAR_LEVER_DENSE && a.G <= 4;  // query groups of at most 4 heads: dense query packing
+  auto* kern = dense ? decode_kernel<HD, BITS, true> : decode_kernel<HD, BITS, false>;
   // set on every call (no global state; a cheap host-side attribute write)
-  OSCAR_CUDA_TRY(cudaFuncSetAttribute(decode_kernel<HD, BITS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), err, fn);
+  OSCAR_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), err, fn);
   const dim3 grid(a.np, static_cast<unsigned>(static_cast<int64_t>(c.B) * c.Hkv), a.QS / kQSlots);
-  decode_kernel<HD, BITS><<<grid, kWarps * 32, smem, s>>>(c, a);
+  kern<<<grid, kWarps * 32, smem, s>>>(c, a);
   return api::check_launch(err, fn);
 }
 

@@ -5,6 +5,8 @@
 //   SCORE  oscar-cov scores as one FMA: the MMA accumulator starts at -qbias, the softmax scale folded into the key
 //          scale and sum(q), masking only in a split's partial last chunk, P' rounded to bf16 once
 //   LAZY   the online softmax (oscar-cov, oscar-omni) rescales only when the running max grows by more than 2^8 (warp vote)
+//   DENSE  oscar-cov, query groups of at most 4 heads: two 16-token sub-tiles per QK MMA (block-diagonal query
+//          fragments), so that no score is padding and the softmax does half the work
 //   FENCE  the in-grid merge's arrival (decode/unit_merge.cuh) as one release/acquire atomic of thread 0 after the
 //          block's barrier, instead of a __threadfence() by every thread before it
 #pragma once
@@ -19,6 +21,9 @@
 #endif
 #ifndef OSCAR_LEVER_LAZY
 #define OSCAR_LEVER_LAZY 1
+#endif
+#ifndef OSCAR_LEVER_DENSE
+#define OSCAR_LEVER_DENSE 1
 #endif
 #ifndef OSCAR_LEVER_FENCE
 #define OSCAR_LEVER_FENCE 1

@@ -78,7 +78,9 @@ constexpr float kLazyRescale = 8.0f;
 // s[u][i] in log2 units (masked = -inf, at least one finite): soft-cap them when cap2 > 0 (DecodeArgs::cap2),
 // rescale the state to the new max (LAZY: only when it grows by more than kLazyRescale) and turn s into
 // probabilities.
-template <int SUB, bool LAZY = false, int HD>
+// PAIRED (dense query packing, oscar-cov): lanes t and t ^ 2 hold the same query slots for other tokens, so the
+// tile max is reduced over them too and both keep the same running max.
+template <int SUB, bool LAZY = false, bool PAIRED = false, int HD>
 __device__ __forceinline__ void softmax_step(WarpState<HD>& st, float (&s)[SUB][4], float cap2) {
   if (cap2 > 0.f) {
 #pragma unroll
@@ -95,6 +97,7 @@ __device__ __forceinline__ void softmax_step(WarpState<HD>& st, float (&s)[SUB][
     mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 4));
     mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 8));
     mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 16));
+    if (PAIRED) mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 2));
   }
   const bool grow = !LAZY || __any_sync(0xffffffffu, mx[0] > st.m[0] + kLazyRescale || mx[1] > st.m[1] + kLazyRescale);
   if (grow) {
