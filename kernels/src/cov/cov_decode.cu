@@ -20,7 +20,8 @@
 //  * Grid: (splits + nwin) x (batch * kv_heads) x (query groups of 8); splits >= nsplit share the BF16
 //    windows, the others equal slices of the body (decode/split_plan.h).
 //  * Instruction levers (decode/levers.h, all on): one LOP3 per code pair, ex2.approx for the softmax, a score as
-//    one FMA (the accumulator starts at -qbias), masking only in a split's last chunk, lazy rescale (warp vote).
+//    one FMA (the accumulator starts at -qbias), masking only in a split's last chunk, lazy rescale (warp vote),
+//    and for query groups of at most 4 heads dense query packing (int_chunk_dense: no padded scores).
 #include "api_util.h"
 #include "cov/cov_kernels.h"
 #include "decode/bf16_tile.cuh"
