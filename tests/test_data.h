@@ -17,6 +17,11 @@ inline std::string smollm2_gguf() {
   if (const char* p = std::getenv("OSCAR_SMOLLM2_GGUF")) return p;
   return data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
 }
+// Gemma 3 270M's GGUF (data/fetch_gemma3.sh puts it in data/models/; OSCAR_GEMMA3_GGUF overrides).
+inline std::string gemma3_gguf() {
+  if (const char* p = std::getenv("OSCAR_GEMMA3_GGUF")) return p;
+  return data("models/gemma-3-270m-q4_k_m.gguf");
+}
 // The original float32 file, present only where ../shared/data exists.
 inline std::string shared_hd128_fp32() { return std::string(OSCAR_SHARED_DATA_DIR) + "/kjv-llama-hd128/kjv-llama-hd128.bin"; }
 
