@@ -1,0 +1,113 @@
+// test_long_tasks.cpp: the long-context task generator (lib 09_eval/long_tasks.h) with the bundled stories260K
+// tokenizer counting tokens: every prompt fits its length and fills it (one more haystack unit would not fit), the
+// needle sits at its depth, the answers are in the prompt exactly where the needle put them, a seed gives the same
+// tasks and another seed other ones, JSONL round-trips, the score is RULER's string match, bad specs are refused.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+
+#include "oscar/01_core/error.h"
+#include "oscar/02_model/tokenizer.h"
+#include "oscar/09_eval/long_tasks.h"
+#include "test_data.h"
+
+using namespace oscar;
+
+namespace {
+
+const Tokenizer& tok() {
+  static const Tokenizer t = Tokenizer::load(oscar::test::stories_tokenizer(), 512);
+  return t;
+}
+int count(std::string_view s) { return static_cast<int>(tok().encode(s, true, false).size()); }
+// KIVI's noise sentence, the haystack's unit (a multi-key distractor needle is about as long)
+int unit_tokens() { return count("The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."); }
+
+TaskSpec spec(uint64_t seed = 7) {
+  TaskSpec s;
+  s.tasks = {LongTask::passkey, LongTask::niah_single, LongTask::niah_multikey, LongTask::variable_tracking};
+  s.lengths = {512, 2048};
+  s.depths = {0.1, 0.5, 0.9};
+  s.samples = 2;
+  s.seed = seed;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("long-context tasks fit their lengths and put the needle at its depth", "[long_tasks]") {
+  const auto samples = generate_long_tasks(spec(), count);
+  REQUIRE(samples.size() == 4 * 2 * 3 * 2);
+  for (const TaskSample& s : samples) {
+    INFO(s.task << " " << s.target_tokens << " depth " << s.depth << " #" << s.index);
+    CHECK(s.prompt_tokens == count(s.prompt));
+    CHECK(s.prompt_tokens <= s.target_tokens);
+    CHECK(s.prompt_tokens > s.target_tokens - 2 * unit_tokens());  // filled: one more unit would not fit
+    CHECK(s.prompt.size() >= s.answer_prefix.size());
+    CHECK(s.prompt.compare(s.prompt.size() - s.answer_prefix.size(), s.answer_prefix.size(), s.answer_prefix) == 0);
+    // the needle starts where `depth` of the haystack's units precede it (within one unit's share)
+    CHECK(std::abs(s.needle_position - s.depth) < 0.02 + 1.5 * unit_tokens() / (s.target_tokens - 100.0));
+    REQUIRE_FALSE(s.answers.empty());
+    for (const std::string& a : s.answers) CHECK(s.prompt.find(a) != std::string::npos);
+    CHECK(score_answer(s, "so: " + [&] {
+            std::string all;
+            for (const auto& a : s.answers) all += a + ", ";
+            return all;
+          }()));
+    CHECK_FALSE(score_answer(s, "I do not know."));
+  }
+  // the key of a passkey sample is 5 digits, a needle value 7, a variable chain 5 names
+  CHECK(samples[0].answers[0].size() == 5);
+  CHECK(samples[12].answers[0].size() == 7);
+  CHECK(samples.back().answers.size() == 5);
+  // a multi-key haystack is all needles: other keys, never the one asked for
+  const TaskSample& mk = samples[24];
+  CHECK(mk.task == "niah_multikey");
+  const std::string asked = mk.answer_prefix.substr(std::string("The special number for ").size(), mk.answer_prefix.find(" in the text") - 23);
+  size_t n_needles = 0, n_asked = 0;
+  for (size_t p = mk.prompt.find("The special number for "); p != std::string::npos; p = mk.prompt.find("The special number for ", p + 1)) {
+    ++n_needles;
+    n_asked += mk.prompt.compare(p + 23, asked.size() + 4, asked + " is ") == 0;
+  }
+  CHECK(n_needles > 10);
+  CHECK(n_asked == 1);
+}
+
+TEST_CASE("long-context tasks are deterministic for a seed", "[long_tasks]") {
+  const auto a = generate_long_tasks(spec(7), count), b = generate_long_tasks(spec(7), count), c = generate_long_tasks(spec(8), count);
+  REQUIRE(a.size() == b.size());
+  size_t same_as_other_seed = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].prompt == b[i].prompt);
+    CHECK(a[i].answers == b[i].answers);
+    same_as_other_seed += a[i].answers == c[i].answers;
+  }
+  CHECK(same_as_other_seed == 0);
+}
+
+TEST_CASE("long-context tasks round-trip through JSONL; bad files and specs are refused", "[long_tasks]") {
+  const auto a = generate_long_tasks(spec(), count);
+  const auto path = oscar::test::scratch() / "tasks.jsonl";
+  write_tasks_jsonl(path, a);
+  const auto b = read_tasks_jsonl(path);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].prompt == b[i].prompt);
+    CHECK(a[i].answers == b[i].answers);
+    CHECK(a[i].answer_prefix == b[i].answer_prefix);
+    CHECK(a[i].prompt_tokens == b[i].prompt_tokens);
+  }
+  const auto bad = oscar::test::scratch() / "bad.jsonl";
+  std::ofstream(bad) << "{\"task\": \"passkey\"}\n";
+  CHECK_THROWS_WITH(read_tasks_jsonl(bad), Catch::Contains("bad.jsonl: line 1"));
+  std::ofstream(bad) << "{\"task\": \"sudoku\", \"answers\": [\"1\"]}\n";
+  CHECK_THROWS_WITH(read_tasks_jsonl(bad), Catch::Contains("unknown long-context task 'sudoku'"));
+  TaskSpec s = spec();
+  s.lengths = {100};
+  CHECK_THROWS_WITH(generate_long_tasks(s, count), Catch::Contains("too short"));
+  s = spec();
+  s.depths = {1.5};
+  CHECK_THROWS_WITH(generate_long_tasks(s, count), Catch::Contains("outside [0, 1]"));
+  CHECK_THROWS_WITH(long_task_from_name("needle"), Catch::Contains("use passkey, niah_single"));
+}
