@@ -12,6 +12,8 @@
 
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
+#include "oscar/02_model/gguf_vocab.h"
+#include "oscar/02_model/loaded_model.h"
 
 namespace oscar {
 namespace {
@@ -223,6 +225,24 @@ std::vector<TaskSample> generate_long_tasks(const TaskSpec& spec, const TokenCou
           out.push_back(std::move(t));
         }
   return out;
+}
+
+ModelTokens model_tokens(const std::string& model, const std::string& tokenizer) {
+  ModelTokens m;
+  m.name = std::filesystem::path(model).filename().string();
+  if (is_gguf(model)) {
+    if (!tokenizer.empty()) fail("{}: a GGUF file carries its tokenizer; leave out --tokenizer {}", model, tokenizer);
+    const GgufFile f = GgufFile::open(model);
+    const std::string arch = f.get_string("general.architecture");
+    if (f.has(arch + ".context_length")) m.context_length = static_cast<int>(f.get_u32(arch + ".context_length"));
+    auto bpe = std::make_shared<BpeTokenizer>(vocab_spec_from_gguf(f), model);
+    m.count = [bpe](std::string_view s) { return static_cast<int>(bpe->encode(s).size()); };
+  } else {
+    auto lm = std::make_shared<LoadedModel>(LoadedModel::load(model, tokenizer));
+    m.context_length = lm->config.seq_len;
+    m.count = [lm](std::string_view s) { return static_cast<int>(lm->encode(s).size()); };
+  }
+  return m;
 }
 
 void write_tasks_jsonl(const std::filesystem::path& path, const std::vector<TaskSample>& samples) {

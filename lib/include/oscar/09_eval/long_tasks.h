@@ -51,6 +51,16 @@ using TokenCounter = std::function<int(std::string_view)>;
 // depth outside [0, 1], or when even the smallest haystack does not fit a length.
 std::vector<TaskSample> generate_long_tasks(const TaskSpec& spec, const TokenCounter& count_tokens);
 
+// The token counter of a model's tokenizer, and its context length: `model` a *.gguf file (the tokenizer from its
+// metadata; the model itself is not built, so any architecture's vocabulary serves) or a llama2.c checkpoint with its
+// tokenizer.bin. Throws Error naming the file.
+struct ModelTokens {
+  TokenCounter count;
+  int context_length = 0;
+  std::string name;
+};
+ModelTokens model_tokens(const std::string& model, const std::string& tokenizer);
+
 // One JSON object per line (the fields of TaskSample), written through AtomicOutput.
 void write_tasks_jsonl(const std::filesystem::path& path, const std::vector<TaskSample>& samples);
 // Reads what write_tasks_jsonl writes; throws Error naming the file and line on anything else.
