@@ -1,8 +1,6 @@
 // oscar-tasks: writes long-context retrieval tasks (lib 09_eval/long_tasks.h: passkey, single needle, multi-key,
 // variable tracking) fitted to token lengths of a model's tokenizer, as JSONL any tool can run.
 
-#include <algorithm>
-
 #include "app_main.h"
 #include "oscar/09_eval/long_tasks.h"
 
@@ -20,7 +18,7 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", tokenizer, "the llama2.c checkpoint's tokenizer.bin (not for GGUF)")->check(CLI::ExistingFile);
   app.add_option("--out", out, "the JSONL file to write")->required();
   app.add_option("--tasks", tasks, "any of passkey niah_single niah_multikey variable_tracking");
-  app.add_option("--lengths", lengths, "prompt lengths in tokens (default: 1024 doubling up to the model's context)");
+  app.add_option("--lengths", lengths, "prompt lengths in tokens, up to the model's context (default: 1024 doubling up to it)");
   app.add_option("--depths", depths, "needle depths, fractions of the haystack");
   app.add_option("--samples", samples, "samples per task, length and depth")->check(oscar::cli::whole_number_in(1, 1000));
   app.add_option("--seed", seed, "random seed");
@@ -30,9 +28,9 @@ int main(int argc, char** argv) {
     oscar::TaskSpec spec;
     for (const auto& t : tasks) spec.tasks.push_back(oscar::long_task_from_name(t));
     const oscar::ModelTokens m = oscar::model_tokens(model, tokenizer);
-    if (lengths.empty())
-      for (int n = 1024; n <= std::max(1024, m.context_length); n *= 2) lengths.push_back(n);
-    spec.lengths = lengths;
+    spec.lengths = lengths.empty() ? oscar::default_task_lengths(m.context_length) : lengths;
+    spec.context = m.context_length;
+    spec.model = model;
     spec.depths = depths;
     spec.samples = samples;
     spec.seed = seed;

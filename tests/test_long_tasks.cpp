@@ -111,3 +111,13 @@ TEST_CASE("long-context tasks round-trip through JSONL; bad files and specs are 
   CHECK_THROWS_WITH(generate_long_tasks(s, count), Catch::Contains("outside [0, 1]"));
   CHECK_THROWS_WITH(long_task_from_name("needle"), Catch::Contains("use passkey, niah_single"));
 }
+
+TEST_CASE("long-context task lengths stay within the model's context", "[long_tasks]") {
+  CHECK(default_task_lengths(32768) == std::vector<int>{1024, 2048, 4096, 8192, 16384, 32768});
+  CHECK(default_task_lengths(8192) == std::vector<int>{1024, 2048, 4096, 8192});
+  CHECK(default_task_lengths(512) == std::vector<int>{512});
+  TaskSpec s = spec();
+  s.context = 1024;
+  s.model = "m.gguf";
+  CHECK_THROWS_WITH(generate_long_tasks(s, count), Catch::Contains("m.gguf: a task of 2048 tokens is longer than the model's context of 1024"));
+}

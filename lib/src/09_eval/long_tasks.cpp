@@ -187,8 +187,12 @@ LongTask long_task_from_name(std::string_view name) {
 }
 
 std::vector<TaskSample> generate_long_tasks(const TaskSpec& spec, const TokenCounter& count_tokens) {
-  for (int len : spec.lengths)
+  for (int len : spec.lengths) {
     if (len < 256) fail("long-context task length {} tokens is too short; use 256 or more", len);
+    if (spec.context > 0 && len > spec.context)
+      fail("{}: a task of {} tokens is longer than the model's context of {} tokens; use lengths up to {}", spec.model, len, spec.context,
+           spec.context);
+  }
   for (double d : spec.depths)
     if (!(d >= 0.0 && d <= 1.0)) fail("needle depth {} is outside [0, 1]; give depths as fractions such as 0.1 0.5 0.9", d);
   if (spec.samples < 1) fail("samples per (task, length, depth) = {}; use 1 or more", spec.samples);
@@ -225,6 +229,13 @@ std::vector<TaskSample> generate_long_tasks(const TaskSpec& spec, const TokenCou
           out.push_back(std::move(t));
         }
   return out;
+}
+
+std::vector<int> default_task_lengths(int context) {
+  if (context < 1024) return {context};
+  std::vector<int> l;
+  for (int n = 1024; n <= context; n *= 2) l.push_back(n);
+  return l;
 }
 
 ModelTokens model_tokens(const std::string& model, const std::string& tokenizer) {

@@ -42,13 +42,17 @@ struct TaskSpec {
   std::vector<double> depths;  // each in [0, 1]
   int samples = 5;             // per (task, length, depth)
   uint64_t seed = 20261125;
+  int context = 0;             // > 0: the model's context; longer lengths are refused
+  std::string model;           // the model's file, named in that refusal
 };
+// 1024 doubling up to `context` (the context itself when it is below 1024).
+std::vector<int> default_task_lengths(int context);
 
 // Tokens of a text as the model's tokenizer counts them (BOS included where it adds one).
 using TokenCounter = std::function<int(std::string_view)>;
 
-// Every sample of `spec`, in the order task, length, depth, sample. Throws Error when a length is below 256 tokens or a
-// depth outside [0, 1], or when even the smallest haystack does not fit a length.
+// Every sample of `spec`, in the order task, length, depth, sample. Throws Error when a length is below 256 tokens or
+// above spec.context, a depth outside [0, 1], or when even the smallest haystack does not fit a length.
 std::vector<TaskSample> generate_long_tasks(const TaskSpec& spec, const TokenCounter& count_tokens);
 
 // The token counter of a model's tokenizer, and its context length: `model` a *.gguf file (the tokenizer from its
