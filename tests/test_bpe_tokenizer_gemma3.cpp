@@ -15,10 +15,13 @@
 #include "oscar/02_model/bpe_tokenizer.h"
 #include "oscar/02_model/gguf_vocab.h"
 #include "oscar/02_model/passage.h"
+#include "kjv_passage.h"
 #include "test_data.h"
 
 using oscar::BpeTokenizer;
 using V = std::vector<int>;
+using oscar::test::kjv_lines;
+using oscar::test::sha256_ids;
 
 namespace {
 
@@ -27,22 +30,6 @@ const BpeTokenizer& gemma3() {
   return t;
 }
 
-const std::vector<std::string>& kjv_lines() {
-  static const std::vector<std::string> l = oscar::read_lines(oscar::test::kjv_text());
-  return l;
-}
-
-// Lines first.. joined by '\n', stopping at a line boundary once `chars` characters are reached.
-std::string passage(size_t first, size_t chars) {
-  std::string s;
-  for (size_t i = first; i < kjv_lines().size() && s.size() < chars; ++i) s += (i > first ? "\n" : "") + kjv_lines()[i];
-  return s;
-}
-
-std::string sha256_ids(const V& ids) {
-  std::vector<int32_t> le(ids.begin(), ids.end());  // x86-64: int32 in memory is little-endian
-  return oscar::sha256_hex(le.data(), le.size() * sizeof(int32_t));
-}
 
 }  // namespace
 
@@ -71,7 +58,7 @@ TEST_CASE("Gemma 3 token ids of the README facts", "[bpe_tokenizer][gemma3]") {
        "ff4367f72af8c9b5341b5e4c22c8cae71c4c951e6784436c8cffa78590a88462"}};
   for (const Fact& f : facts) {
     INFO("line " << f.first);
-    V ids = t.encode(passage(f.first, 12000));
+    V ids = t.encode(oscar::test::kjv_passage(f.first, 12000));
     REQUIRE(ids.size() >= 2048);
     ids.resize(2048);
     CHECK(V(ids.begin(), ids.begin() + 16) == f.head);

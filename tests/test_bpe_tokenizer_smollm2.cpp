@@ -17,34 +17,20 @@
 #include "oscar/02_model/bpe_tokenizer.h"
 #include "oscar/02_model/gguf_vocab.h"
 #include "oscar/02_model/passage.h"
+#include "kjv_passage.h"
 #include "test_data.h"
 
 using oscar::BpeTokenizer;
 using oscar::VocabSpec;
 using V = std::vector<int>;
+using oscar::test::kjv_lines;
+using oscar::test::sha256_ids;
 
 namespace {
 
 const BpeTokenizer& smollm2() {
   static const BpeTokenizer t(oscar::vocab_spec_from_gguf(oscar::GgufFile::open(oscar::test::smollm2_gguf())), oscar::test::smollm2_gguf());
   return t;
-}
-
-const std::vector<std::string>& kjv_lines() {
-  static const std::vector<std::string> l = oscar::read_lines(oscar::test::kjv_text());
-  return l;
-}
-
-// Lines first.. joined by '\n', stopping at a line boundary once `chars` characters are reached.
-std::string passage(size_t first, size_t chars) {
-  std::string s;
-  for (size_t i = first; i < kjv_lines().size() && s.size() < chars; ++i) s += (i > first ? "\n" : "") + kjv_lines()[i];
-  return s;
-}
-
-std::string sha256_ids(const V& ids) {
-  std::vector<int32_t> le(ids.begin(), ids.end());  // x86-64: int32 in memory is little-endian
-  return oscar::sha256_hex(le.data(), le.size() * sizeof(int32_t));
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -81,7 +67,7 @@ TEST_CASE("SmolLM2 token ids of the README facts", "[bpe_tokenizer][smollm2]") {
   for (const Fact& f : facts) {
     // ~12,000 characters give well over 2048 tokens; a longer cut must not change the first 2048 (the
     // words before a line boundary do not depend on what follows it).
-    const std::string text = passage(f.first, 12000), longer = passage(f.first, 24000);
+    const std::string text = oscar::test::kjv_passage(f.first, 12000), longer = oscar::test::kjv_passage(f.first, 24000);
     const auto t0 = std::chrono::steady_clock::now();
     V ids = t.encode(text);
     const double s = seconds_since(t0);
@@ -135,7 +121,7 @@ TEST_CASE("SmolLM2 ids agree with Hugging Face tokenizers on mixed text", "[bpe_
 
 TEST_CASE("SmolLM2 encodes the whole KJV like Hugging Face tokenizers, in seconds", "[bpe_tokenizer][smollm2]") {
   const BpeTokenizer& t = smollm2();
-  const std::string all = passage(0, std::string::npos);
+  const std::string all = oscar::test::kjv_passage(0, std::string::npos);
   REQUIRE(all.size() == 4137849);
   const auto t0 = std::chrono::steady_clock::now();
   const V ids = t.encode(all);
