@@ -76,6 +76,38 @@ __host__ __device__ constexpr float vpos_factor(int mt, int rh) {
   return static_cast<float>(1 << (BITS * MagicPos<BITS, 7>::pos(v_pair_code<BITS, HD>(mt, rh))));
 }
 
+// The value rows of sub-tile u a lane reads for its PV A fragments: tokens 16u + 2t, +1, +8, +9, channels [CPT g, ..).
+template <int HD, int BITS, int VW>
+__device__ __forceinline__ void load_v_rows(const uint8_t* vc, int u, int g, int t, uint32_t (&vw)[4][VW]) {
+  constexpr int CB = IntStage<HD, BITS>::CB, VB = HD * BITS / 64;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) load_words<VW, (VB < 4)>(vc + (16 * u + 2 * t + (r & 1) + 8 * (r >> 1)) * CB + g * VB, vw[r]);
+}
+// O^T += V^T P'^T over one 16-token sub-tile: the value A fragments are 128 + code * 2^(BITS pos) (bf16 magic).
+template <int HD, int BITS, int VW>
+__device__ __forceinline__ void pv_subtile(WarpState<HD>& st, const uint32_t (&vw)[4][VW], const uint32_t (&b)[2]) {
+  uint32_t lo[2][VW], hi[2][VW];
+  pair_tokens<VW>(vw, lo, hi);
+#pragma unroll
+  for (int mt = 0; mt < Tiles<HD>::MT; ++mt) {
+    uint32_t a[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) a[k] = codes_bf16x2<BITS>(v_pair_word<BITS, VW, HD>(lo, hi, mt, k), v_pair_code<BITS, HD>(mt, k));
+    mma_bf16(st.acc[mt], a, b);
+  }
+}
+// Keeps the accumulators centred: takes a chunk's magic and mid-code offset (128 + mid * 2^(BITS*pos)) * sum(P')
+// (pc) out of them. An accumulator that grows by that offset over a long split loses the output to the tensor cores'
+// fp32 accumulation (relative error 0.5-0.7 at 32K tokens per split on zero-mean values, BENCHMARKS.md); the epilogue
+// adds mid * sum(p * scale_v) back from ex[1] (exact weights).
+template <int HD, int BITS>
+__device__ __forceinline__ void center_acc(WarpState<HD>& st, const float (&pc)[4]) {
+#pragma unroll
+  for (int mt = 0; mt < Tiles<HD>::MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st.acc[mt][i] = fmaf(-(128.0f + mid_code<BITS>() * vpos_factor<HD, BITS>(mt, i >> 1)), pc[i], st.acc[mt][i]);
+}
+
 // Packed-body chunk from a shared-memory stage: n valid tokens (n in [1, CH]).
 template <int HD, int BITS>
 __device__ __forceinline__ void int_chunk(WarpState<HD>& st, const uint8_t* stg, int n, const uint32_t (&qf)[Tiles<HD>::MT][2],
@@ -89,7 +121,6 @@ __device__ __forceinline__ void int_chunk(WarpState<HD>& st, const uint8_t* stg,
   constexpr int VB = HD * BITS / 64;    // bytes per lane per token for PV (channels HD/8 g ..)
   constexpr int VW = VB >= 4 ? VB / 4 : 1;
   constexpr int PW = 16 / BITS;         // code pairs per word
-  constexpr float kMid = mid_code<BITS>();
   const uint8_t* kc = stg;
   const uint8_t* vc = stg + S::CH * CB;
   const uint32_t* kp = reinterpret_cast<const uint32_t*>(stg + 2 * S::CH * CB);
@@ -155,8 +186,7 @@ __device__ __forceinline__ void int_chunk(WarpState<HD>& st, const uint8_t* stg,
     uint32_t vw[4][VW], vpar[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) vpar[r] = vp[16 * u + g + 8 * r];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) load_words<VW, (VB < 4)>(vc + (16 * u + 2 * t + (r & 1) + 8 * (r >> 1)) * CB + g * VB, vw[r]);
+    load_v_rows<HD, BITS, VW>(vc, u, g, t, vw);
     float pp[4];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -177,24 +207,9 @@ __device__ __forceinline__ void int_chunk(WarpState<HD>& st, const uint8_t* stg,
     uint32_t b[2];
     p_to_bfrag(ps, g, t, pp[0], pp[1], pp[2], pp[3], b);
     mma_bf16(pc, ones, b);
-    uint32_t lo[2][VW], hi[2][VW];
-    pair_tokens<VW>(vw, lo, hi);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      uint32_t a[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) a[k] = codes_bf16x2<BITS>(v_pair_word<BITS, VW, HD>(lo, hi, mt, k), v_pair_code<BITS, HD>(mt, k));
-      mma_bf16(st.acc[mt], a, b);
-    }
+    pv_subtile<HD, BITS, VW>(st, vw, b);
   }
-  // Keep the accumulators centred: take this chunk's magic and mid-code offset (128 + kMid * 2^(BITS*pos))
-  // * sum(P') out of them. An accumulator that grows by that offset over a long split loses the output to
-  // the tensor cores' fp32 accumulation (relative error 0.5-0.7 at 32K tokens per split on zero-mean values,
-  // BENCHMARKS.md); the epilogue adds kMid * sum(p * scale_v) back from ex[1] (exact weights, see above).
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) st.acc[mt][i] = fmaf(-(128.0f + kMid * vpos_factor<HD, BITS>(mt, i >> 1)), pc[i], st.acc[mt][i]);
+  center_acc<HD, BITS>(st, pc);
 }
 
 // Dense query packing (GQA <= 4, DENSE): query slots 0-3 of the MMA's N read the first 16-token sub-tile of a pair
@@ -216,7 +231,6 @@ __device__ __forceinline__ void int_chunk_dense(WarpState<HD>& st, const uint8_t
   constexpr int VB = HD * BITS / 64;
   constexpr int VW = VB >= 4 ? VB / 4 : 1;
   constexpr int PW = 16 / BITS;
-  constexpr float kMid = mid_code<BITS>();
   const uint8_t* kc = stg;
   const uint8_t* vc = stg + S::CH * CB;
   const uint32_t* kp = reinterpret_cast<const uint32_t*>(stg + 2 * S::CH * CB);
@@ -281,25 +295,12 @@ __device__ __forceinline__ void int_chunk_dense(WarpState<HD>& st, const uint8_t
       b[0] = static_cast<uint32_t>(pt[(2 * t) * 8 + g]) | (static_cast<uint32_t>(pt[(2 * t + 1) * 8 + g]) << 16);
       b[1] = static_cast<uint32_t>(pt[(2 * t + 8) * 8 + g]) | (static_cast<uint32_t>(pt[(2 * t + 9) * 8 + g]) << 16);
       mma_bf16(pc, ones, b);
-      const int u = 2 * u2 + sb;
       uint32_t vw[4][VW];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) load_words<VW, (VB < 4)>(vc + (16 * u + 2 * t + (r & 1) + 8 * (r >> 1)) * CB + g * VB, vw[r]);
-      uint32_t lo[2][VW], hi[2][VW];
-      pair_tokens<VW>(vw, lo, hi);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        uint32_t a[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) a[k] = codes_bf16x2<BITS>(v_pair_word<BITS, VW, HD>(lo, hi, mt, k), v_pair_code<BITS, HD>(mt, k));
-        mma_bf16(st.acc[mt], a, b);
-      }
+      load_v_rows<HD, BITS, VW>(vc, 2 * u2 + sb, g, t, vw);
+      pv_subtile<HD, BITS, VW>(st, vw, b);
     }
   }
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) st.acc[mt][i] = fmaf(-(128.0f + kMid * vpos_factor<HD, BITS>(mt, i >> 1)), pc[i], st.acc[mt][i]);
+  center_acc<HD, BITS>(st, pc);
 }
 
 // Query fragments of the packed path (fp16): pair index p of lane t maps to channels
