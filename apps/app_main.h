@@ -22,7 +22,7 @@
 #include "oscar/01_core/parallel.h"
 #include "oscar/01_core/printable.h"
 #include "oscar/01_core/version.h"
-#include "oscar/02_model/passage.h"
+#include "oscar/02_model/tokenizers/passage.h"
 
 namespace oscar {
 

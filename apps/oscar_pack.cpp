@@ -2,7 +2,7 @@
 // into parts (OUT.part00, OUT.part01, ...) small enough for git.
 
 #include "app_main.h"
-#include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/formats/checkpoint.h"
 #include "oscar/01_core/file_io.h"
 
 int main(int argc, char** argv) {

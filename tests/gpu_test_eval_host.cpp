@@ -33,18 +33,18 @@
 #include <string>
 #include <unistd.h>
 
-#include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/formats/checkpoint.h"
 #include "oscar/03_dump/dump.h"
 #include "oscar/03_dump/layer_source.h"
 #include "oscar/03_dump/dump_passage.h"
 #include "oscar/01_core/error.h"
 #include "oscar/09_eval/eval.h"
 #include "oscar/08_cache/gpu_kv_cache.h"
-#include "oscar/02_model/passage.h"
+#include "oscar/02_model/tokenizers/passage.h"
 #include "oscar/08_cache/quantized_cache.h"
 #include "oscar/06_quantize/recipe_yaml.h"
 #include "oscar/05_rotate/rotation.h"
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 #include "test_data.h"
 
 #include "gpu_check.h"

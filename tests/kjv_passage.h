@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "oscar/01_core/file_io.h"
-#include "oscar/02_model/passage.h"
+#include "oscar/02_model/tokenizers/passage.h"
 #include "test_data.h"
 
 namespace oscar::test {

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "oscar/02_model/checkpoint.h"
-#include "oscar/02_model/model.h"
-#include "oscar/02_model/passage.h"
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/formats/checkpoint.h"
+#include "oscar/02_model/forward/model.h"
+#include "oscar/02_model/tokenizers/passage.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 
 struct RealLayer {
   int n_heads = 0, n_kv_heads = 0, tokens = 0, head_dim = 0;

@@ -5,12 +5,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/formats/checkpoint.h"
 #include "oscar/03_dump/dump_passage.h"
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
-#include "oscar/02_model/passage.h"
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/tokenizers/passage.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 #include "test_data.h"
 
 using namespace oscar;

@@ -7,10 +7,10 @@
 #include <algorithm>
 
 #include "oscar/01_core/error.h"
-#include "oscar/02_model/bpe_pretokenizer.h"
-#include "oscar/02_model/bpe_tokenizer.h"
-#include "oscar/02_model/passage.h"
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/tokenizers/bpe_pretokenizer.h"
+#include "oscar/02_model/tokenizers/bpe_tokenizer.h"
+#include "oscar/02_model/tokenizers/passage.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 #include "test_data.h"
 
 using oscar::BpeTokenizer;

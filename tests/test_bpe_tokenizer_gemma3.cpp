@@ -12,9 +12,9 @@
 #include <filesystem>
 
 #include "oscar/01_core/file_io.h"
-#include "oscar/02_model/bpe_tokenizer.h"
-#include "oscar/02_model/gguf_vocab.h"
-#include "oscar/02_model/passage.h"
+#include "oscar/02_model/tokenizers/bpe_tokenizer.h"
+#include "oscar/02_model/tokenizers/gguf_vocab.h"
+#include "oscar/02_model/tokenizers/passage.h"
 #include "kjv_passage.h"
 #include "test_data.h"
 

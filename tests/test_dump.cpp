@@ -9,13 +9,13 @@
 #include <fstream>
 
 #include "dump_fixture.h"
-#include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/formats/checkpoint.h"
 #include "oscar/03_dump/dump.h"
 #include "oscar/01_core/error.h"
 #include "oscar/float_formats.h"
-#include "oscar/02_model/model.h"
-#include "oscar/02_model/passage.h"
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/forward/model.h"
+#include "oscar/02_model/tokenizers/passage.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 
 using namespace oscar;
 namespace fs = std::filesystem;

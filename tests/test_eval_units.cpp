@@ -8,8 +8,8 @@
 #include <fstream>
 
 #include "oscar/01_core/error.h"
-#include "oscar/02_model/checkpoint.h"
-#include "oscar/02_model/model.h"
+#include "oscar/02_model/formats/checkpoint.h"
+#include "oscar/02_model/forward/model.h"
 #include "oscar/09_eval/decoding.h"
 #include "oscar/09_eval/eval.h"
 #include "oscar/09_eval/metrics.h"

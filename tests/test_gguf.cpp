@@ -12,7 +12,7 @@
 
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
-#include "oscar/02_model/gguf.h"
+#include "oscar/02_model/formats/gguf.h"
 #include "test_data.h"
 
 using namespace oscar;
@@ -374,7 +374,7 @@ TEST_CASE("gguf: read_model_config", "[gguf][config]") {
   SECTION("unsupported architecture") {
     const auto p = write_scratch("mamba.gguf", toy("mamba").bytes());
     CHECK_THROWS_WITH(read_model_config(GgufFile::open(p)),
-                      Contains(p) && Contains("architecture 'mamba' is not supported (supported: llama, qwen2, qwen3)"));
+                      Contains(p) && Contains("architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, gemma3)"));
   }
   SECTION("missing tokenizer metadata") {
     Builder b;

@@ -11,7 +11,7 @@
 #include <map>
 
 #include "oscar/01_core/file_io.h"
-#include "oscar/02_model/gguf.h"
+#include "oscar/02_model/formats/gguf.h"
 #include "test_data.h"
 
 using namespace oscar;

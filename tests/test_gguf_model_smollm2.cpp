@@ -16,7 +16,7 @@
 #include <omp.h>
 
 #include "oscar/01_core/file_io.h"
-#include "oscar/02_model/gguf_model.h"
+#include "oscar/02_model/forward/gguf_model.h"
 #include "test_data.h"
 
 using namespace oscar;

@@ -9,13 +9,13 @@
 #include <array>
 #include <cmath>
 
-#include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/formats/checkpoint.h"
 #include "oscar/09_eval/eval.h"
 #include "oscar/08_cache/gpu_kv_cache.h"
-#include "oscar/02_model/model.h"
-#include "oscar/02_model/passage.h"
+#include "oscar/02_model/forward/model.h"
+#include "oscar/02_model/tokenizers/passage.h"
 #include "oscar/06_quantize/recipe_yaml.h"
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 #include "oscar_kernels.h"
 #include "test_data.h"
 

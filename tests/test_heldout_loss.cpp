@@ -8,10 +8,10 @@
 
 #include <chrono>
 
-#include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/formats/checkpoint.h"
 #include "oscar/01_core/file_io.h"
-#include "oscar/02_model/model.h"
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/forward/model.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 #include "test_data.h"
 
 using namespace oscar;

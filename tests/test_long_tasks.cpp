@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "oscar/01_core/error.h"
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 #include "oscar/09_eval/long_tasks.h"
 #include "test_data.h"
 

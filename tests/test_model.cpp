@@ -4,10 +4,10 @@
 
 #include <filesystem>
 
-#include "oscar/02_model/checkpoint.h"
-#include "oscar/02_model/model.h"
-#include "oscar/02_model/passage.h"
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/formats/checkpoint.h"
+#include "oscar/02_model/forward/model.h"
+#include "oscar/02_model/tokenizers/passage.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 #include "skip.h"
 #include "test_data.h"
 

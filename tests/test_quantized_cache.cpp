@@ -4,14 +4,15 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <random>
 
 #include "oscar/06_quantize/cache_sim.h"
-#include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/formats/checkpoint.h"
 #include "oscar/01_core/error.h"
 #include "oscar/09_eval/eval.h"
-#include "oscar/02_model/passage.h"
+#include "oscar/02_model/tokenizers/passage.h"
 #include "oscar/08_cache/quantized_cache.h"
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 #include "oscar/float_formats.h"
 #include "test_data.h"
 
@@ -44,8 +45,9 @@ TEST_CASE("token-by-token quantized cache equals the simulated policy", "[quanti
     QuantizedKvCache cache(ck.config, r, nullptr);
     for (int t : p.tokens) m.forward(std::span<const int>(&t, 1), cache);
     for (int l = 0; l < ck.config.n_layers; ++l) {
-      const MatrixRM *K, *V;
-      cache.attention_view(l, K, V);
+      MatrixRM Ks, Vs;
+      cache.state(l, Ks, Vs);
+      const MatrixRM *K = &Ks, *V = &Vs;
       const int T = static_cast<int>(p.tokens.size());
       REQUIRE(K->rows() == T);
       const LayerRotations rot = layer_rotations(r, d, l, nullptr);
@@ -88,8 +90,9 @@ TEST_CASE("KIVI's windows over appends: keys flush by 128-token blocks, values k
     m.forward(std::span<const int>(&p.tokens[i], 1), cache);
     const int T = static_cast<int>(i) + 1;
     if (T % 37 != 0 && T != 128 && T != 129 && T != 256 && T != 257 && T != 384 && T != 420) continue;
-    const MatrixRM *K, *V;
-    cache.attention_view(0, K, V);
+    MatrixRM Ks, Vs;
+    cache.state(0, Ks, Vs);
+    const MatrixRM *K = &Ks, *V = &Vs;
     const int key_body = T / 128 * 128, value_body = std::max(0, T - 128);
     INFO("T = " << T);
     for (int t = 0; t < T; ++t) {
@@ -144,4 +147,60 @@ TEST_CASE("oscar-eval on stories260K: fp16 ~ exact, 2-bit naive far worse than 4
   CHECK_THROWS_WITH(run_eval(req), Catch::Contains("same data") && Catch::Contains("--calib-offset"));
   req.calib_offset = req.offset + 1;  // one line into the evaluated passage
   CHECK_THROWS_WITH(run_eval(req), Catch::Contains("same data") && Catch::Contains("overlapping lines"));
+}
+
+TEST_CASE("a chunk's view gives each query the cache of its own time, bit for bit", "[quantized-cache]") {
+  // One append of T rows (a prefill, or a teacher-forced passage in one forward pass) against T appends of one row
+  // (a server decoding token by token): for every query t of the chunk, the rows its view reads (body rows from the
+  // body form within its own body range, the rest from the window form) equal the token-by-token cache after t + 1
+  // tokens. A view that gave every query the chunk's final cache would fail here for every row that entered the body
+  // inside the chunk.
+  const int H = 2, d = 8, T = 300;
+  ModelConfig mc;
+  mc.n_layers = 1, mc.n_heads = H, mc.n_kv_heads = H, mc.dim = H * d, mc.hidden_dim = 1, mc.vocab_size = 1, mc.seq_len = T;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  MatrixRM K(T, H * d), V(T, H * d);
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < H * d; ++c) K(t, c) = nd(rng) * (t % 17 == 0 ? 6.0f : 1.0f), V(t, c) = nd(rng);
+  for (const char* name : {"kivi", "quarot", "oscar-omni", "turboquant", "naive", "oscar-cov"}) {
+    RecipeFile rf = load_preset(name);
+    if (rf.recipe.value.group == 32) rf.recipe.value.group = 0;
+    if (std::string(name) == "oscar-cov") {
+      rf.recipe.key_rotation.kind = rf.recipe.value_rotation.kind = RotationKind::Hadamard;
+      rf.recipe.key.group = rf.recipe.value.group = 0;
+      rf.recipe.windows.key = rf.recipe.windows.value = TensorWindows{16, 40, 0};
+    }
+    if (rf.recipe.key.group == 128) rf.recipe.key.group = 32;  // per-channel key blocks that fill inside 300 tokens
+    const Recipe r = resolve_recipe(rf.recipe, 2, d);
+    QuantizedKvCache chunk(mc, r, nullptr), steps(mc, r, nullptr);
+    chunk.append(0, K, V);
+    AttentionView view;
+    chunk.attention_view(0, T, view);
+    // FWHT rotations and per-group quantization are row-local: bit-identical. The dense random rotation (turboquant)
+    // is a matrix product whose blocking depends on the number of rows: float rounding.
+    const double tol = r.key_rotation.kind == RotationKind::RandomOrthogonal ? 1e-5 : 0.0;
+    int64_t bad = 0, body_rows = 0;
+    for (int t = 0; t < T; ++t) {
+      steps.append(0, K.middleRows(t, 1), V.middleRows(t, 1));
+      AttentionView one;
+      steps.attention_view(0, 1, one);
+      steps.advance(1);
+      MatrixRM ks, vs;
+      steps.state(0, ks, vs);
+      for (int j = 0; j <= t; ++j) {
+        const bool kb = view.k_body && j >= view.key_body[t].first && j < view.key_body[t].second;
+        const bool vb = view.v_body && j >= view.value_body[t].first && j < view.value_body[t].second;
+        body_rows += kb + vb;
+        auto differs = [&](float a, float b) { return std::abs(a - b) > tol * (1.0 + std::abs(b)); };
+        for (int c = 0; c < H * d; ++c) {
+          bad += differs(kb ? (*view.k_body)(j, c) : (*view.k)(j, c), ks(j, c));
+          bad += differs(vb ? (*view.v_body)(j, c) : (*view.v)(j, c), vs(j, c));
+        }
+      }
+    }
+    INFO(name);
+    CHECK(bad == 0);
+    CHECK(body_rows > 0);  // the recipe quantized something within the chunk
+  }
 }

@@ -13,7 +13,7 @@
 
 #include "oscar/01_core/interrupts.h"
 #include "oscar/01_core/output_files.h"
-#include "oscar/02_model/gguf.h"
+#include "oscar/02_model/formats/gguf.h"
 #include "test_data.h"
 
 namespace fs = std::filesystem;

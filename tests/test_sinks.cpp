@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "oscar/01_core/error.h"
-#include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/formats/checkpoint.h"
 #include "oscar/03_dump/dump.h"
 #include "oscar/03_dump/dump_passage.h"
 #include "oscar/04_stats/analyze.h"
@@ -95,7 +95,7 @@ TEST_CASE("sink statistics refuse shapes that do not fit", "[sinks]") {
   const LayerSinks s = layer_sinks(0, p.q, p.k, p.v, 0.5);
   CHECK(std::isnan(s.value_ratio_mean));
   CHECK(sinks_json({s})[0]["value_ratio_mean"].is_null());
-  CHECK_THAT(sinks_csv({s}), Contains(",0.1875,0.125,,\n"));
+  CHECK_THAT(sinks_csv({s}), Contains(",0.1875,0.125,,,0,8\n"));
 }
 
 TEST_CASE("oscar-analyze's report finds the planted sink in a dump file", "[sinks]") {
@@ -138,7 +138,7 @@ TEST_CASE("oscar-analyze's report finds the planted sink in a dump file", "[sink
   ss << std::ifstream(table).rdbuf();
   CHECK_THAT(ss.str(), Contains("sink: the attention on position 0") &&
                            Contains(fmt::format(" |  {:.3f} {:.3f} h2  |   0.125   0.025\n", mass, expected_mass(7, T))));
-  CHECK_THAT(sinks_csv(r.sinks), Contains(fmt::format("1,8,0.5,{:.6g},{:.6g},2,0.1875,0.125,0.0375,0.025\n", mass, expected_mass(7, T))));
+  CHECK_THAT(sinks_csv(r.sinks), Contains(fmt::format("1,8,0.5,{:.6g},{:.6g},2,0.1875,0.125,0.0375,0.025,0,8\n", mass, expected_mass(7, T))));
   const auto j = sinks_json(r.sinks);
   CHECK(j[1]["attention_mean"].get<double>() == Approx(mass).epsilon(1e-6));
 }
@@ -188,7 +188,16 @@ TEST_CASE("sink statistics follow the layer's attention: sliding window and lear
   a.sliding_window = 4;
   double expect = 0;
   for (int t = 0; t < T; ++t) expect += t < 4 ? 1.0 / (t + 1) : 0.0;  // beyond the window position 0 is unseen
-  CHECK(layer_sinks(0, p.q, p.k, p.v, a).attention_mean == Approx(expect / T));
+  // The mean is over the 4 queries whose window holds position 0; the others do not count as zeros.
+  LayerSinks w = layer_sinks(0, p.q, p.k, p.v, a);
+  CHECK(w.attention_mean == Approx(expect / 4));
+  CHECK(w.queries_seeing_0 == 4);
+  CHECK(!w.out_of_window());
+  // Only the last 3 queries averaged, none of which sees position 0: undefined, shown as out of window.
+  w = layer_sinks(0, p.q, p.k, p.v, a, 3);
+  CHECK(w.out_of_window());
+  CHECK(std::isnan(w.attention_mean));
+  CHECK_THAT(sinks_csv({w}), Contains(",,,"));  // attention_mean and max head empty, never 0
   a.sliding_window = 0;
   a.sinks.assign(static_cast<size_t>(p.q.heads), static_cast<float>(std::log(2.0)));  // e^sink = 2 in each denominator
   expect = 0;

@@ -2,7 +2,7 @@
 // merge loop (computed once with Python on the same tok512.bin), and decoding.
 #include <catch2/catch.hpp>
 
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 #include "oscar/01_core/error.h"
 #include "test_data.h"
 

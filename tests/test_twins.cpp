@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "oscar/02_model/model.h"
+#include "oscar/02_model/forward/model.h"
 #include "oscar/05_rotate/rotation.h"
 #include "oscar/06_quantize/cache_sim.h"
 #include "oscar/06_quantize/recipe_yaml.h"
@@ -123,11 +123,14 @@ void check_format(const Fmt& f, const std::vector<int>& lengths, const std::vect
           for (int L = L0; L <= L1; ++L) {
             const int a = L == L0 ? 0 : L - 1;
             cache.append(0, rows(in.k, a, L), rows(in.v, a, L));
-            const MatrixRM *kv, *vv;
-            cache.attention_view(0, kv, vv);
+            AttentionView view;
+            cache.attention_view(0, L - a, view);
+            cache.advance(L - a);
+            MatrixRM kv, vv;
+            cache.state(0, kv, vv);
             std::string here;
             const int64_t bad = mismatches(
-                f.twin(in, bits, L, T), [&](bool is_v, int h, int t, int c) { return (is_v ? *vv : *kv)(t, h * D + c); }, H, L, D, &here);
+                f.twin(in, bits, L, T), [&](bool is_v, int h, int t, int c) { return (is_v ? vv : kv)(t, h * D + c); }, H, L, D, &here);
             if (bad && !bad_steps++) first = "at L=" + std::to_string(L) + ": " + std::to_string(bad) + " differ, first " + here;
           }
           INFO(f.preset << " vs QuantizedKvCache: " << twins::profile_name(prof) << " int" << bits << " H=" << H << " prefill " << L0

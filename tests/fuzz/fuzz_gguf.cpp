@@ -5,9 +5,9 @@
 
 #include "fuzz_input.h"
 #include "oscar/01_core/error.h"
-#include "oscar/02_model/bpe_tokenizer.h"
-#include "oscar/02_model/gguf_model.h"
-#include "oscar/02_model/gguf_vocab.h"
+#include "oscar/02_model/tokenizers/bpe_tokenizer.h"
+#include "oscar/02_model/forward/gguf_model.h"
+#include "oscar/02_model/tokenizers/gguf_vocab.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = oscar::fuzz::as_file(data, size, ".gguf");

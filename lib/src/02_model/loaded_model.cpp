@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "oscar/01_core/error.h"
-#include "oscar/02_model/gguf_vocab.h"
+#include "oscar/02_model/tokenizers/gguf_vocab.h"
 
 namespace oscar {
 

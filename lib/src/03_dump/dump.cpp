@@ -110,11 +110,17 @@ void set_model_fields(DumpInfo& info, const ModelConfig& cfg) {
                             {"shared_classifier", cfg.shared_classifier}, {"head_dim", cfg.head_dim()},
                             {"rope_theta", cfg.rope_theta}, {"rope_convention", cfg.rope_convention},
                             {"rope_dims", cfg.rotary_dims()}, {"rms_eps", cfg.rms_eps}, {"qk_norm", cfg.qk_norm},
-                            {"qkv_bias", cfg.qkv_bias}};
+                            {"qkv_bias", cfg.qkv_bias}, {"layer_windows", cfg.layer_windows},
+                            {"rope_theta_local", cfg.rope_theta_local}, {"attention_scale", cfg.scale()}};
   info.config_json = j.dump();
-  LayerAttention a = LayerAttention::standard(cfg.head_dim(), cfg.rope_convention, cfg.rope_theta);
-  a.rotary_dim = cfg.rotary_dims();
-  info.layers.assign(cfg.n_layers, a);
+  info.layers.clear();
+  for (int l = 0; l < cfg.n_layers; ++l) {  // each layer's window, RoPE base and scale (gemma3's local layers)
+    LayerAttention a = LayerAttention::standard(cfg.head_dim(), cfg.rope_convention, cfg.rope_theta_of(l));
+    a.rotary_dim = cfg.rotary_dims();
+    a.sliding_window = cfg.window(l);
+    if (cfg.attention_scale > 0) a.scaling = cfg.attention_scale;
+    info.layers.push_back(std::move(a));
+  }
 }
 
 // ================= writer =================

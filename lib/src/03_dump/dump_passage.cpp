@@ -11,8 +11,8 @@
 #include "oscar/03_dump/dump.h"
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/output_files.h"
-#include "oscar/02_model/model.h"
-#include "oscar/02_model/passage.h"
+#include "oscar/02_model/forward/model.h"
+#include "oscar/02_model/tokenizers/passage.h"
 #include "oscar/01_core/progress.h"
 
 namespace oscar {

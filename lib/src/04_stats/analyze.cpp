@@ -151,6 +151,15 @@ std::vector<std::string> tni_reading(const TniReport& r) {
     if (l.attention_mean > top) top = l.attention_mean, top_layer = l.layer;
     if (std::isfinite(l.key_ratio_min)) kmin = std::min(kmin, l.key_ratio_min), kmax = std::max(kmax, l.key_ratio_mean);
   }
+  std::vector<int> outside;  // local layers whose window no longer holds position 0
+  long window = 0;
+  for (const LayerSinks& l : r.sinks)
+    if (l.out_of_window()) outside.push_back(l.layer), window = l.window;
+  if (!outside.empty())
+    out.push_back(fmt::format("Sliding windows: layers {} ({} of {}) attend to their last {} tokens only, so position 0 is out of "
+                              "their window for the queries measured; they hold {} tokens at any length, the other layers the "
+                              "whole context.",
+                              ranges(outside), outside.size(), r.sinks.size(), window, window));
   if (sink_layers.empty()) {
     out.push_back(fmt::format("Attention sinks: no layer puts {:g} or more of its attention on position 0.", kSinkAttention));
   } else {
@@ -212,9 +221,7 @@ void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers, bool 
     std::string sink;
     if (sinks) {
       const LayerSinks& s = r.sinks[static_cast<size_t>(l)];
-      sink = fmt::format(" | {} {} | {} {}", num(s.attention_mean, 6, 3),
-                         num(s.attention_max_head, 5, 3) + fmt::format(" h{:<2}", s.attention_max_head_index), num(s.key_ratio_min, 7, 3),
-                         num(s.value_ratio_min, 7, 3));
+      sink = fmt::format(" | {} | {} {}", sink_cells(s, 6, 5, 2), num(s.key_ratio_min, 7, 3), num(s.value_ratio_min, 7, 3));
     }
     fmt::print(out, "{:>5} | {} {} | {} {}{}\n", l, num(x.k_tni, 8, 2), num(x.k_chan, 8, 2), num(x.v_tni, 8, 2), num(x.v_chan, 8, 2), sink);
   }

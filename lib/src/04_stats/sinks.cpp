@@ -83,6 +83,12 @@ LayerSinks layer_sinks(int layer, const HeadTensor& q, const HeadTensor& k, cons
   mean_min(vr, s.value_ratio_mean, s.value_ratio_min);
 
   const int group = nh / kv, first_query = T - s.queries;
+  s.window = att.sliding_window;
+  for (int t = first_query; t < T; ++t) s.queries_seeing_0 += att.visible(t, 0) ? 1 : 0;
+  if (s.out_of_window()) {  // a local layer past its window: position 0 is not attended to at all
+    s.attention_mean = s.attention_max_head = std::numeric_limits<double>::quiet_NaN();
+    return s;
+  }
   std::vector<double> per_head(static_cast<size_t>(nh), 0.0);
 #pragma omp parallel for schedule(dynamic)
   for (int h = 0; h < nh; ++h) {
@@ -107,7 +113,7 @@ LayerSinks layer_sinks(int layer, const HeadTensor& q, const HeadTensor& k, cons
         if (att.visible(t, j)) sum += std::exp(score[static_cast<size_t>(j)] - mx);
       acc += std::exp(score[0] - mx) / sum;
     }
-    per_head[static_cast<size_t>(h)] = acc / s.queries;
+    per_head[static_cast<size_t>(h)] = acc / s.queries_seeing_0;
   }
   double total = 0;
   for (int h = 0; h < nh; ++h) {
@@ -131,19 +137,25 @@ void print_sink_table(const std::vector<LayerSinks>& s, std::FILE* out) {
   fmt::print(out, "{:>5} | {:>6} {:>8} | {:>7} {:>7} | {:>7} {:>7}\n", "layer", "attn", "max head", "K mean", "K min", "V mean",
              "V min");
   for (const LayerSinks& l : s)
-    fmt::print(out, "{:>5} | {} {} | {} {} | {} {}\n", l.layer, num(l.attention_mean, 6, 3),
-               num(l.attention_max_head, 5, 3) + fmt::format(" h{:<1}", l.attention_max_head_index), num(l.key_ratio_mean, 7, 3),
+    fmt::print(out, "{:>5} | {} | {} {} | {} {}\n", l.layer, sink_cells(l, 6, 5, 1), num(l.key_ratio_mean, 7, 3),
                num(l.key_ratio_min, 7, 3), num(l.value_ratio_mean, 7, 3), num(l.value_ratio_min, 7, 3));
+}
+
+std::string sink_cells(const LayerSinks& l, int width, int head_width, int index_width) {
+  const int cells = width + 1 + head_width + 2 + index_width;  // "attn max h<i>"
+  if (l.out_of_window()) return fmt::format("{:>{}}", "out of window", cells);
+  return num(l.attention_mean, width, 3) + " " + num(l.attention_max_head, head_width, 3) +
+         fmt::format(" h{:<{}}", l.attention_max_head_index, index_width);
 }
 
 std::string sinks_csv(const std::vector<LayerSinks>& s) {
   std::string f =
       "layer,queries,scaling,attention_mean,attention_max_head,attention_max_head_index,key_ratio_mean,key_ratio_min,"
-      "value_ratio_mean,value_ratio_min\n";
+      "value_ratio_mean,value_ratio_min,window,queries_seeing_0\n";
   for (const LayerSinks& l : s)
-    f += fmt::format("{},{},{:.9g},{},{},{},{},{},{},{}\n", l.layer, l.queries, l.scaling, csv(l.attention_mean),
+    f += fmt::format("{},{},{:.9g},{},{},{},{},{},{},{},{},{}\n", l.layer, l.queries, l.scaling, csv(l.attention_mean),
                      csv(l.attention_max_head), l.attention_max_head_index, csv(l.key_ratio_mean), csv(l.key_ratio_min),
-                     csv(l.value_ratio_mean), csv(l.value_ratio_min));
+                     csv(l.value_ratio_mean), csv(l.value_ratio_min), l.window, l.queries_seeing_0);
   return f;
 }
 
@@ -155,7 +167,8 @@ nlohmann::json sinks_json(const std::vector<LayerSinks>& s) {
     a.push_back({{"layer", l.layer}, {"queries", l.queries}, {"scaling", l.scaling}, {"attention_mean", val(l.attention_mean)},
                  {"attention_max_head", val(l.attention_max_head)}, {"attention_max_head_index", l.attention_max_head_index},
                  {"key_ratio_mean", val(l.key_ratio_mean)}, {"key_ratio_min", val(l.key_ratio_min)},
-                 {"value_ratio_mean", val(l.value_ratio_mean)}, {"value_ratio_min", val(l.value_ratio_min)}});
+                 {"value_ratio_mean", val(l.value_ratio_mean)}, {"value_ratio_min", val(l.value_ratio_min)},
+                 {"window", l.window}, {"queries_seeing_0", l.queries_seeing_0}});
   return a;
 }
 

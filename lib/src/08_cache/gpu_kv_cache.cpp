@@ -203,7 +203,7 @@ struct GpuKvCache::Device {
 
 GpuKvCache::GpuKvCache(const ModelConfig& c, const Recipe& recipe, const CovarianceRotations* calib, int capacity)
     : KvCache(c), recipe_(recipe), n_heads_(c.n_heads), n_kv_(c.n_kv_heads), head_dim_(c.head_dim()), capacity_(capacity),
-      on_device_(c.n_layers, 0), dev_(std::make_unique<Device>()) {
+      scale_(static_cast<float>(c.scale())), on_device_(c.n_layers, 0), dev_(std::make_unique<Device>()) {
   if (const std::string why = gpu_unsupported_reason(recipe, c); !why.empty())
     fail("recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu", recipe.name, why, gpu_supported_text());
   if (recipe.calibrated() && !calib) fail("recipe {} needs calibration rotations (a calibration passage)", recipe.name);
@@ -251,11 +251,13 @@ GpuKvCache::GpuKvCache(const ModelConfig& c, const Recipe& recipe, const Covaria
 
 GpuKvCache::~GpuKvCache() = default;
 
-void GpuKvCache::attention_view(int layer, const MatrixRM*&, const MatrixRM*&) {
+void GpuKvCache::attention_view(int layer, int n, AttentionView& view) {
+  if (windows_[layer] > 0) return KvCache::attention_view(layer, n, view);
   fail("internal: GpuKvCache attends on the GPU (attend()); it has no host view of layer {}", layer);
 }
 
 bool GpuKvCache::attend(int layer, const MatrixRM& q, MatrixRM& out) {
+  if (windows_[layer] > 0) return false;  // a local layer: its window in full precision, on the host
   Device& d = *dev_;
   const int n = static_cast<int>(q.rows()), D = head_dim_;
   const int first = rows_[layer] - n;  // host rows [first, rows_) are this chunk's keys and values
@@ -268,7 +270,7 @@ bool GpuKvCache::attend(int layer, const MatrixRM& q, MatrixRM& out) {
   auto* qdst = reinterpret_cast<uint16_t*>(d.host.data() + d.off_q);
   auto* lens = reinterpret_cast<int32_t*>(d.host.data() + d.off_len);
   unsigned char* dbase = static_cast<unsigned char*>(d.staging);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = scale_;
   const int group = n_heads_ / n_kv_;
   // Rotates row segment `src` (D floats) by `r` (inverse when `inverse`) into d.row.
   auto rotate = [&](const float* src, const Rotation& r, bool inverse) {

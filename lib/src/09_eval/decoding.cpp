@@ -6,15 +6,24 @@
 namespace oscar {
 
 MatrixRM decode_teacher_forced(const Model& m, KvCache& cache, std::span<const int> toks) {
+  if (cache.serves_chunks()) return m.forward(toks, cache);  // each query reads the cache as of its own token
   MatrixRM out(toks.size(), m.config().vocab_size);
   for (size_t t = 0; t < toks.size(); ++t) out.row(t) = m.forward(toks.subspan(t, 1), cache).row(0);
   return out;
 }
 
+MatrixRM prefill_last(const Model& m, KvCache& cache, std::span<const int> prompt) {
+  if (prompt.empty()) fail("internal: a prefill needs a prompt of at least one token");
+  if (cache.serves_chunks()) return m.forward(prompt, cache, {}, true);
+  MatrixRM last;
+  for (size_t t = 0; t < prompt.size(); ++t) last = m.forward(prompt.subspan(t, 1), cache);
+  return last;
+}
+
 std::vector<int> decode_greedy(const Model& m, KvCache& cache, std::span<const int> prompt, int n) {
   std::vector<int> out;
   if (prompt.empty()) fail("internal: greedy decoding needs a prompt of at least one token");
-  MatrixRM logits = decode_teacher_forced(m, cache, prompt);
+  MatrixRM logits = prefill_last(m, cache, prompt);
   for (int i = 0; i < n && cache.length() < m.config().seq_len; ++i) {
     Eigen::Index best;
     logits.row(logits.rows() - 1).maxCoeff(&best);

@@ -11,7 +11,7 @@
 
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
-#include "oscar/02_model/gguf_vocab.h"
+#include "oscar/02_model/tokenizers/gguf_vocab.h"
 #include "oscar/02_model/loaded_model.h"
 
 namespace oscar {

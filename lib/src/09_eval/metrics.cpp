@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "oscar/01_core/error.h"
-#include "oscar/02_model/model.h"
+#include "oscar/02_model/forward/model.h"
 
 namespace oscar {
 

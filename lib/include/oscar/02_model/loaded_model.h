@@ -11,12 +11,12 @@
 #include <string_view>
 #include <vector>
 
-#include "oscar/02_model/bpe_tokenizer.h"
-#include "oscar/02_model/checkpoint.h"
-#include "oscar/02_model/gguf_model.h"
-#include "oscar/02_model/model.h"
-#include "oscar/02_model/passage.h"
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/tokenizers/bpe_tokenizer.h"
+#include "oscar/02_model/formats/checkpoint.h"
+#include "oscar/02_model/forward/gguf_model.h"
+#include "oscar/02_model/forward/model.h"
+#include "oscar/02_model/tokenizers/passage.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 
 namespace oscar {
 

@@ -17,7 +17,7 @@
 
 #include "oscar/01_core/attention.h"
 #include "oscar/01_core/tensor.h"
-#include "oscar/02_model/model.h"
+#include "oscar/02_model/forward/model.h"
 
 namespace oscar {
 
@@ -49,8 +49,8 @@ struct DumpInfo {
 };
 
 // Fills the model fields of `info` from a model's configuration: shapes, RoPE, architecture, config_json
-// (the ModelConfig's fields as a JSON object), has_pre_rope = true and one LayerAttention per layer
-// (scaling 1/sqrt(head_dim), no window, no soft-cap, rotary_dim = the config's rotary dims, no sinks).
+// (the ModelConfig's fields as a JSON object), has_pre_rope = true and one LayerAttention per layer (the config's
+// scale, the layer's sliding window and RoPE base, no soft-cap, rotary_dim = the config's rotary dims, no sinks).
 void set_model_fields(DumpInfo& info, const ModelConfig& cfg);
 
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "oscar/03_dump/dump.h"
-#include "oscar/02_model/model.h"
-#include "oscar/02_model/passage.h"
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/forward/model.h"
+#include "oscar/02_model/tokenizers/passage.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 
 namespace oscar {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/formats/checkpoint.h"
 #include "oscar/03_dump/layer_source.h"
 #include "oscar/06_quantize/recipe.h"
 

@@ -4,7 +4,7 @@
 // (layer_rotations, as QuantizedKvCache and cache_sim get them; one per KV head with covariance_scope: kv-head,
 // a query head taking its KV head's R_K and its output that head's R_V), rounded to bf16 (nearest even) and
 // appended with oscar_cov_append (the kernel quantizes the token leaving the recent window into the
-// body); the query is rotated by R_K, oscar_cov_decode attends (softmax scale 1/sqrt(head_dim)), and the
+// body); the query is rotated by R_K, oscar_cov_decode attends (the model's softmax scale), and the
 // output is un-rotated on the host (o = o' R_V^T). Every CUDA call and oscar_status is checked; a
 // failure throws oscar::Error with the layer and the call.
 #pragma once
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "oscar/06_quantize/cache_sim.h"
-#include "oscar/02_model/model.h"
+#include "oscar/02_model/forward/model.h"
 
 namespace oscar {
 
@@ -45,15 +45,18 @@ class GpuKvCache : public KvCache {
   GpuKvCache(const GpuKvCache&) = delete;
   GpuKvCache& operator=(const GpuKvCache&) = delete;
 
-  // Appends the chunk's rows to the device cache and attends, row by row (causal within the chunk).
+  // Appends the chunk's rows of a global layer to the device cache and attends, row by row (causal within the
+  // chunk); a local (sliding-window) layer returns false and attends on the host over its full-precision window.
   bool attend(int layer, const MatrixRM& q, MatrixRM& out) override;
-  // There is no host view of the quantized cache: throws.
-  void attention_view(int layer, const MatrixRM*& k, const MatrixRM*& v) override;
+  // A local layer's window; a global layer has no host view of the quantized cache: throws.
+  void attention_view(int layer, int n, AttentionView& view) override;
+  bool serves_chunks() const override { return false; }
 
  private:
   struct Device;
   Recipe recipe_;
   int n_heads_, n_kv_, head_dim_, capacity_;
+  float scale_;
   std::vector<LayerRotations> rot_;
   std::vector<int> on_device_;  // per layer: tokens appended to the device cache
   std::unique_ptr<Device> dev_;

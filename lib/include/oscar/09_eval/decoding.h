@@ -5,13 +5,18 @@
 #include <span>
 #include <vector>
 
-#include "oscar/02_model/model.h"
+#include "oscar/02_model/forward/model.h"
 
 namespace oscar {
 
-// Logits [toks.size(), vocab] of every position, the tokens fed one at a time through `cache` (which
-// must be empty: positions start at cache.length()).
+// Logits [toks.size(), vocab] of every position, each predicted from the cache as it stood after its own token: one
+// chunk when the cache serves chunks (KvCache::serves_chunks: its view gives each query its own time's cache), else
+// the tokens fed one at a time. Positions start at cache.length().
 MatrixRM decode_teacher_forced(const Model& m, KvCache& cache, std::span<const int> toks);
+
+// The logits [1, vocab] after `prompt` (read as decode_teacher_forced reads it: every prompt token from the cache of
+// its own time), the prompt appended to the cache.
+MatrixRM prefill_last(const Model& m, KvCache& cache, std::span<const int> prompt);
 
 // Feeds `prompt` one token at a time, then appends the argmax token (lowest id on ties) `n` times, or
 // until the cache reaches the model's context; returns the generated ids (the prompt excluded).

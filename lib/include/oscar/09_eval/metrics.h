@@ -5,7 +5,7 @@
 #include <span>
 #include <vector>
 
-#include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/formats/checkpoint.h"
 
 namespace oscar {
 

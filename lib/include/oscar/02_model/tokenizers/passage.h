@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "oscar/02_model/bpe_tokenizer.h"
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/tokenizers/bpe_tokenizer.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 
 namespace oscar {
 

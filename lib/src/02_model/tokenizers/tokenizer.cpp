@@ -2,7 +2,7 @@
 // Equivalence: run.c merges, at each step, the highest-scoring mergeable pair, the leftmost among
 // equals; the heap orders pairs by (score desc, left symbol's original position asc), and symbol
 // order in the linked list never changes, so the same merge is chosen at every step.
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 
 #include <cmath>
 #include <cstring>

@@ -2,7 +2,7 @@
 // multi-character vocabulary entry contains '\n', BPE merges never cross a line break, so encoding a
 // prefix of whole lines gives exactly the prefix of the full encoding; otherwise the rest of the text
 // is encoded whole. Text that is not UTF-8 (binary garbage, another encoding) is refused with its offset.
-#include "oscar/02_model/passage.h"
+#include "oscar/02_model/tokenizers/passage.h"
 
 #include <algorithm>
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "oscar/02_model/gguf_dequant.h"
+#include "oscar/02_model/formats/gguf_dequant.h"
 
 namespace oscar {
 
@@ -105,9 +105,10 @@ void dequantize_rows(const GgufTensor& t, int64_t row0, int64_t nrows, float* ds
 // The same as bfloat16 bit patterns (round to nearest even).
 void dequantize_rows_bf16(const GgufTensor& t, int64_t row0, int64_t nrows, uint16_t* dst);
 
-// What a transformer runner needs from the metadata of a llama, qwen2 or qwen3 GGUF.
+// What a transformer runner needs from the metadata of a GGUF of a supported architecture (architecture.h), with
+// the architecture's facts that the file does not store (sliding-window pattern, local RoPE base, attention scale).
 struct GgufModelConfig {
-  std::string architecture;  // "llama", "qwen2", "qwen3"
+  std::string architecture;  // "llama", "qwen2", "qwen3", "gemma3"
   std::string name;          // general.name, or the file name
   int n_layers = 0;          // {arch}.block_count
   int dim = 0;               // {arch}.embedding_length
@@ -129,13 +130,17 @@ struct GgufModelConfig {
   bool tied_output = false;  // no output.weight: the classifier is token_embd.weight
   bool qk_norm = false;      // per-head RMSNorm of q and k (blk.0.attn_q_norm.weight present; qwen3)
   bool qkv_bias = false;     // blk.0.attn_q.bias present (qwen2)
+  int sliding_window = 0;    // {arch}.attention.sliding_window of an architecture with local layers (gemma3)
+  std::vector<int> layer_windows;  // per layer: sliding_window for local layers, 0 for global; empty: all global
+  double rope_base_local = 0;      // RoPE base of local layers (0: rope_base)
+  double attention_scale = 0;      // logit factor when not 1/sqrt(head_dim) (gemma3 27B), else 0
   std::string tokenizer_model;  // tokenizer.ggml.model ("gpt2", "llama", ...)
 };
 
-// Reads the config. Throws Error when the architecture is not llama, qwen2 or qwen3 (naming it and the
-// supported ones), a required key is missing or implausible (heads not dividing the dimensions), the
-// tokenizer metadata (tokenizer.ggml.model, tokenizer.ggml.tokens; merges for gpt2) is missing, or the
-// vocabulary disagrees with token_embd.weight.
+// Reads the config. Throws Error when the architecture is not in the architecture table (naming it and the
+// supported ones), a required key is missing or implausible (heads not dividing the dimensions; an architecture
+// with local layers without a window), the tokenizer metadata (tokenizer.ggml.model, tokenizer.ggml.tokens;
+// merges for gpt2) is missing, or the vocabulary disagrees with token_embd.weight.
 GgufModelConfig read_model_config(const GgufFile& f);
 
 }  // namespace oscar

@@ -8,7 +8,7 @@
 //   qwen2:     Llama 3's regex with single digits.
 // The contraction alternatives use (?i:...) as tokenizer.json does; with UCP, PCRE2 folds case by
 // Unicode rules (so U+017F LATIN SMALL LETTER LONG S matches 's' as in Hugging Face's Oniguruma).
-#include "oscar/02_model/bpe_pretokenizer.h"
+#include "oscar/02_model/tokenizers/bpe_pretokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

@@ -1,7 +1,7 @@
-// gguf_model.cpp: GgufModel: the tensor map of llama/qwen2/qwen3 GGUF files (names, shapes, types)
+// gguf_model.cpp: GgufModel: the tensor map of the GGUF architectures (architecture.h) (names, shapes, types)
 // checked and turned into ModelWeights views; small vectors converted to float32; the file's sha256
 // streamed lazily.
-#include "oscar/02_model/gguf_model.h"
+#include "oscar/02_model/forward/gguf_model.h"
 
 #include <cmath>
 #include <openssl/evp.h>
@@ -82,6 +82,9 @@ ModelConfig model_config_from_gguf(const GgufModelConfig& g) {
   c.rms_eps = g.rms_eps;
   c.qk_norm = g.qk_norm;
   c.qkv_bias = g.qkv_bias;
+  c.layer_windows = g.layer_windows;
+  c.rope_theta_local = g.rope_base_local;
+  c.attention_scale = g.attention_scale;
   return c;
 }
 
@@ -107,13 +110,15 @@ GgufModel GgufModel::load(const std::string& path) {
            "scaling",
            path, type, factor);
   }
-  if (g.architecture == "qwen3" && !g.qk_norm)
-    fail("{}: a qwen3 model needs tensor 'blk.0.attn_q_norm.weight', which is missing; the file is incomplete", path);
-  if (g.architecture != "qwen3" && g.qk_norm)
+  const ArchitectureFacts& facts = architecture_facts(g.architecture);
+  if (facts.qk_norm && !g.qk_norm)
+    fail("{}: a {} model needs tensor 'blk.0.attn_q_norm.weight', which is missing; the file is incomplete", path,
+         g.architecture);
+  if (!facts.qk_norm && g.qk_norm)
     fail("{}: tensor 'blk.0.attn_q_norm.weight' (q/k norm) is present in a {} model, which has none; the file is "
          "inconsistent",
          path, g.architecture);
-  if (g.architecture != "qwen2" && g.qkv_bias)
+  if (!facts.qkv_bias && g.qkv_bias)
     fail("{}: tensor 'blk.0.attn_q.bias' is present in a {} model, which oscar-kv runs without q/k/v biases; the file "
          "is inconsistent",
          path, g.architecture);
@@ -146,6 +151,10 @@ GgufModel GgufModel::load(const std::string& path) {
     L.w1 = m->matrix(b + "ffn_gate.weight", hid, d);
     L.w2 = m->matrix(b + "ffn_down.weight", d, hid);
     L.w3 = m->matrix(b + "ffn_up.weight", hid, d);
+    if (facts.post_norms) {
+      L.post_att_norm = m->vector(b + "post_attention_norm.weight", d);
+      L.post_ffn_norm = m->vector(b + "post_ffw_norm.weight", d);
+    }
     w.layers.push_back(std::move(L));
   }
   if (m->file.has_tensor("blk." + std::to_string(c.n_layers) + ".attn_norm.weight"))

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
-#include "oscar/02_model/checkpoint.h"
-#include "oscar/02_model/gguf.h"
+#include "oscar/02_model/formats/checkpoint.h"
+#include "oscar/02_model/formats/gguf.h"
 
 namespace oscar {
 

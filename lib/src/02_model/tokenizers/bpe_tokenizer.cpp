@@ -13,14 +13,14 @@
 // length its bits announce (as llama.cpp does), while run.c stops at the next non-continuation byte; and
 // run.c would merge into any token text (control and byte tokens too). On valid text without special
 // tokens' texts both give the same ids (tests/test_bpe_tokenizer.cpp checks the KJV).
-#include "oscar/02_model/bpe_tokenizer.h"
+#include "oscar/02_model/tokenizers/bpe_tokenizer.h"
 
 #include <algorithm>
 #include <queue>
 
 #include "oscar/01_core/error.h"
-#include "oscar/02_model/bpe_pretokenizer.h"
-#include "oscar/02_model/tokenizer.h"
+#include "oscar/02_model/tokenizers/bpe_pretokenizer.h"
+#include "oscar/02_model/tokenizers/tokenizer.h"
 
 namespace oscar {
 namespace {

@@ -3,7 +3,7 @@
 // dequantized into it and multiplied by Eigen single-threaded (parallel_chunks' threads are not OpenMP's,
 // and Eigen does not parallelise a product of this size: see linear_impl), so blocks run in parallel
 // without sharing memory.
-#include "oscar/02_model/weights.h"
+#include "oscar/02_model/formats/weights.h"
 
 #include <immintrin.h>
 

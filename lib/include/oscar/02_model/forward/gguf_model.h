@@ -1,8 +1,8 @@
-// gguf_model.h: a Model over a GGUF file of architecture llama (Llama 2/3, SmolLM2, Mistral), qwen2 or
-// qwen3. The file stays memory-mapped; weight matrices stay in their stored types (dequantized block by
-// block inside each product, weights.h) and only the small vectors (norm weights, qwen2's q/k/v biases,
-// RoPE frequency factors) are converted to float32 at load. Loading checks every tensor the
-// architecture needs (present, shape, dequantizable type) and throws oscar::Error naming the file and
+// gguf_model.h: a Model over a GGUF file of an architecture of the architecture table (architecture.h): llama
+// (Llama 2/3, SmolLM2, Mistral), qwen2, qwen3, gemma3. The file stays memory-mapped; weight matrices stay in their
+// stored types (dequantized block by block inside each product, weights.h) and only the small vectors (norm
+// weights, qwen2's q/k/v biases, RoPE frequency factors) are converted to float32 at load. Loading checks every
+// tensor the architecture needs (present, shape, dequantizable type) and throws oscar::Error naming the file and
 // the tensor.
 //
 // Usage (the tools' wiring):
@@ -11,20 +11,22 @@
 //   info.model_name = g.name();           // "SmolLM2-135M-Instruct.Q4_1"
 //   info.checkpoint_sha256 = g.sha256();  // of the whole file; computed on first call (streamed)
 //
-// Architecture choices, as llama.cpp runs them: llama rotates adjacent pairs (llama.cpp's normal RoPE,
-// which is why GGUF stores llama's Q/K weights permuted), qwen2 and qwen3 rotate half-split pairs (neox);
-// qwen2 adds q/k/v biases; qwen3 RMS-normalises each head of q and k (attn_q_norm / attn_k_norm, eps =
-// the model's RMS eps) before RoPE, and its q_pre/k_pre in LayerQKV are after that norm. A missing
-// output.weight means the classifier is token_embd.weight (tied). Llama 3.1's rope_freqs.weight divides
-// the RoPE frequencies. Refused with an Error: other architectures, RoPE scaling types other than none,
-// value heads of another width than key heads, tensor types dequantize() cannot convert.
+// Architecture choices, as llama.cpp runs them (the table's rows): llama rotates adjacent pairs (llama.cpp's normal
+// RoPE, which is why GGUF stores llama's Q/K weights permuted), the others half-split pairs (neox); qwen2 adds
+// q/k/v biases; qwen3 and gemma3 RMS-normalise each head of q and k (attn_q_norm / attn_k_norm, eps = the model's
+// RMS eps) before RoPE, and their q_pre/k_pre in LayerQKV are after that norm; gemma3 adds post-attention and
+// post-feed-forward norms (post_attention_norm, post_ffw_norm), GeGLU, sqrt(d)-scaled embeddings and its local
+// layers (the file's attention.sliding_window, RoPE base 10000, five of every six layers). A missing output.weight
+// means the classifier is token_embd.weight (tied). Llama 3.1's rope_freqs.weight divides the RoPE frequencies.
+// Refused with an Error: other architectures, RoPE scaling types other than none, value heads of another width
+// than key heads, tensor types dequantize() cannot convert, a q/k norm or bias the architecture does not have.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "oscar/02_model/gguf.h"
-#include "oscar/02_model/model.h"
+#include "oscar/02_model/formats/gguf.h"
+#include "oscar/02_model/forward/model.h"
 
 namespace oscar {
 

@@ -1,5 +1,5 @@
 // gguf_vocab.cpp: tokenizer.ggml.* keys -> VocabSpec, key by key (see bpe_tokenizer.h for their meaning).
-#include "oscar/02_model/gguf_vocab.h"
+#include "oscar/02_model/tokenizers/gguf_vocab.h"
 
 #include <algorithm>
 #include <cmath>

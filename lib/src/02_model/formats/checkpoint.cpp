@@ -1,5 +1,5 @@
 // checkpoint.cpp: parsing and validation of llama2.c legacy and OSCKF16 checkpoints.
-#include "oscar/02_model/checkpoint.h"
+#include "oscar/02_model/formats/checkpoint.h"
 
 #include <cstring>
 #include <filesystem>

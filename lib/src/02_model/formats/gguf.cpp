@@ -3,7 +3,9 @@
 // are uint64 length + bytes, arrays uint32 element type + uint64 count + elements); the tensor infos
 // (string name, uint32 n_dims, n_dims uint64 dims, uint32 ggml type, uint64 offset); padding to
 // general.alignment; the tensor data, each tensor at its offset from there.
-#include "oscar/02_model/gguf.h"
+#include "oscar/02_model/formats/gguf.h"
+
+#include "oscar/02_model/architecture.h"
 
 #include <cmath>
 #include <fcntl.h>
@@ -530,10 +532,12 @@ GgufModelConfig read_model_config(const GgufFile& f) {
   GgufModelConfig c;
   const std::string& path = f.path();
   c.architecture = f.get_string("general.architecture");
-  const std::string supported = "llama, qwen2, qwen3";
-  if (c.architecture != "llama" && c.architecture != "qwen2" && c.architecture != "qwen3")
-    fail("{}: architecture '{}' is not supported (supported: {}); use a model of a supported architecture", path,
-         c.architecture, supported);
+  const ArchitectureFacts* facts = nullptr;
+  try {
+    facts = &architecture_facts(c.architecture);
+  } catch (const Error& e) {
+    fail("{}: {}; use a model of a supported architecture", path, e.what());
+  }
   const std::string a = c.architecture + ".";
   c.name = printable_short(f.has("general.name") ? f.get_string("general.name") : std::filesystem::path(path).stem().string(),
                            120);  // shown in tables and on the terminal: the file's author's text, made safe
@@ -577,7 +581,7 @@ GgufModelConfig read_model_config(const GgufFile& f) {
   if (!(c.rope_base > 1.0) || !std::isfinite(c.rope_base) || c.rope_base > 1e12)
     fail("{}: '{}rope.freq_base' = {} must be a finite number between 1 and 1e12; the file's metadata is malformed", path,
          a, c.rope_base);
-  c.rope_convention = c.architecture == "llama" ? "adjacent-pairs" : "half-split";
+  c.rope_convention = std::string(facts->rope_convention);
   if (f.has(a + "rope.scaling.type")) {
     c.rope_scaling = f.get_string(a + "rope.scaling.type");
     if (c.rope_scaling == "none") c.rope_scaling.clear();
@@ -620,6 +624,17 @@ GgufModelConfig read_model_config(const GgufFile& f) {
   c.tied_output = !f.has_tensor("output.weight");
   c.qk_norm = f.has_tensor("blk.0.attn_q_norm.weight");
   c.qkv_bias = f.has_tensor("blk.0.attn_q.bias");
+  if (facts->local_period > 0) {  // local (sliding-window) layers: the window from the file, the pattern from the table
+    if (!f.has(a + "attention.sliding_window"))
+      fail("{}: metadata key '{}attention.sliding_window' is missing, which a {} model's local layers need; the file is "
+           "incomplete: convert the model again with a current llama.cpp",
+           path, a, c.architecture);
+    c.sliding_window = positive(a + "attention.sliding_window", 1 << 30);
+    for (int l = 0; l < c.n_layers; ++l)
+      c.layer_windows.push_back(l % facts->local_period < facts->local_period - 1 ? c.sliding_window : 0);
+    c.rope_base_local = facts->local_rope_theta;
+  }
+  if (facts->attention_scale) c.attention_scale = facts->attention_scale(c.dim, c.n_heads, c.head_dim, c.n_layers);
   f.require_dequantizable();
   return c;
 }

@@ -3,7 +3,7 @@
 // operations and their order per value are the reference ones, so results are bit-exact:
 //   Q8_0: q*d   Q4_0/Q5_0: d*(q-off)   Q4_1/Q5_1: d*q + m   Q4_K/Q5_K: (d*sc)*q - dmin*m   Q6_K: (d*sc)*(q-32)
 // (lib/ compiles with -ffp-contract=off, so `a*b + c` is never fused into one rounding).
-#include "oscar/02_model/gguf_dequant.h"
+#include "oscar/02_model/formats/gguf_dequant.h"
 
 #include <algorithm>
 #include <bit>
