@@ -106,4 +106,26 @@ EffectiveBits effective_bits(const Recipe& recipe, long tokens, int head_dim, in
   return e;
 }
 
+ModelCacheSize model_cache_size(const Recipe& r, long tokens, const ModelConfig& c) {
+  ModelCacheSize m;
+  const bool quantizes = r.key.quantized() || r.value.quantized();
+  const double per_token = 2.0 * c.n_kv_heads * c.head_dim();  // K and V elements of one token in one layer
+  const double window_bits = quantizes ? 8.0 * scale_dtype_bytes(r.windows.window_dtype) : 16.0;
+  double bits = 0, elements = 0, global_bf16 = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const long held = c.held_tokens(l, tokens);
+    const double e = per_token * static_cast<double>(held);
+    const bool local = c.window(l) > 0;
+    bits += e * (local ? window_bits : quantizes ? effective_bits(r, tokens, c.head_dim(), c.n_kv_heads).total() : 16.0);
+    elements += e;
+    if (!local) global_bf16 += 2 * e;
+    m.held_tokens += held;
+  }
+  m.bits_per_element = elements > 0 ? bits / elements : 0;
+  m.bytes = bits / 8;
+  m.bf16_bytes = 2 * elements;
+  m.global_share_bf16 = m.bf16_bytes > 0 ? global_bf16 / m.bf16_bytes : 0;
+  return m;
+}
+
 }  // namespace oscar

@@ -301,6 +301,14 @@ EvalResult run_eval(const EvalRequest& req) {
   res.tokens = static_cast<int>(p.tokens.size());
   res.passage = fmt::format("{} lines {}.., {} tokens", fs::path(req.text).filename().string(), p.first_line, p.tokens.size());
   res.metric = eval_metric(req.metric);
+  for (int l = 0; l < mc.n_layers; ++l)
+    if (mc.window(l) > 0) ++res.local_layers, res.local_window = mc.window(l);
+  res.layers = mc.n_layers;
+  {
+    const ModelCacheSize bf16 = model_cache_size(Recipe{}, req.budget.context, mc);  // a recipe of 16-bit K and V
+    res.global_share_bf16 = bf16.global_share_bf16;
+    res.bf16_bytes_budget = bf16.bf16_bytes;
+  }
   res.recall_lead = lead;
   res.generate_context = gen_context;
   const long work = static_cast<long>(jobs.size()) * (1 + static_cast<long>(req.recall_distances.size())) + (req.generate > 0 ? 1 : 0);
@@ -353,9 +361,12 @@ EvalResult run_eval(const EvalRequest& req) {
     row.dloss_ci = bootstrap_mean_interval(row.dloss_pos, kBootstrapBlock);
     row.kl_ci = bootstrap_mean_interval(row.kl_pos, kBootstrapBlock);
     row.top1_ci = bootstrap_mean_interval(row.top1_pos, kBootstrapBlock);
-    row.eff_bits = effective_bits(j.r, static_cast<long>(p.tokens.size()), hd, mc.n_kv_heads).total();
-    row.eff_bits_128k = effective_bits(j.r, 131072, hd, mc.n_kv_heads).total();
-    row.eff_bits_budget = effective_bits(j.r, req.budget.context, hd, mc.n_kv_heads).total();
+    // The whole model's cache: local (sliding-window) layers hold their window in the window dtype.
+    row.eff_bits = model_cache_size(j.r, static_cast<long>(p.tokens.size()), mc).bits_per_element;
+    row.eff_bits_128k = model_cache_size(j.r, 131072, mc).bits_per_element;
+    const ModelCacheSize at_budget = model_cache_size(j.r, req.budget.context, mc);
+    row.eff_bits_budget = at_budget.bits_per_element;
+    row.kv_bytes_budget = at_budget.bytes;
     row.quantized = row.quantizes ? decoding_quantized_share(j.r, static_cast<long>(p.tokens.size())) : 0.0;
     if (row.quantizes && row.quantized < kMinQuantizedShare) {  // one warning for all such rows, grouped by windows
       const std::string w = windows_text(j.r);

@@ -69,15 +69,22 @@ std::string eval_markdown(const EvalRequest& req, const EvalResult& r) {
   std::string md = fmt::format("**{}**, {} (each token decoded from the recipe's quantized cache{})\n\n", r.model_name, r.passage,
                                any_gpu ? "; rows marked (gpu): attention by the CUDA decode kernels over their own quantized cache" : "");
   md += verdict_text(r.verdict, req.budget, r.metric) + "\n\n";
+  if (r.local_layers > 0)
+    md += fmt::format(
+        "{} of the {} layers attend to a sliding window of {} tokens: they hold at most {} tokens, kept in the window dtype "
+        "(unquantized) by every recipe; at {} tokens the {} global layers hold {:.1f}% of a BF16 cache ({:.1f} MiB in all). \"in low "
+        "bits\" is over the global layers; bits and memory are over every layer.\n\n",
+        r.local_layers, r.layers, r.local_window, r.local_window, context_text(req.budget.context), r.layers - r.local_layers,
+        100 * r.global_share_bf16, r.bf16_bytes_budget / (1 << 20));
   md += fmt::format(
-      "| recipe | in low bits | eff. bits (passage / {} / 128K) | loss (nats) | perplexity | Δ loss vs fp32 [95%] | KL(fp32 ‖ quant) [95%] | "
-      "top-1 agreement [95%] | {} vs pick [95%] |\n|---|---|---|---|---|---|---|---|---|\n",
-      context_text(req.budget.context), req.metric);
+      "| recipe | in low bits | eff. bits (passage / {} / 128K) | KV at {} (MiB) | loss (nats) | perplexity | Δ loss vs fp32 [95%] | "
+      "KL(fp32 ‖ quant) [95%] | top-1 agreement [95%] | {} vs pick [95%] |\n|---|---|---|---|---|---|---|---|---|---|\n",
+      context_text(req.budget.context), context_text(req.budget.context), req.metric);
   for (const EvalRow& x : r.rows)
-    md += fmt::format("| {} | {} | {:.2f} / {:.2f} / {:.2f} | {:.4f} | {:.3f} | {} | {} | {} | {} |\n", eval_label(x.recipe, x.gpu),
-                      share_text(x.quantized, x.quantizes), x.eff_bits, x.eff_bits_budget, x.eff_bits_128k, x.loss, x.ppl,
-                      ci_text(x.dloss, x.dloss_ci, "{:+.4f}"), ci_text(x.kl, x.kl_ci, "{:.4f}"), ci_text(x.top1, x.top1_ci, "{:.3f}"),
-                      vs_best_text(x, r));
+    md += fmt::format("| {} | {} | {:.2f} / {:.2f} / {:.2f} | {:.1f} | {:.4f} | {:.3f} | {} | {} | {} | {} |\n", eval_label(x.recipe, x.gpu),
+                      share_text(x.quantized, x.quantizes), x.eff_bits, x.eff_bits_budget, x.eff_bits_128k,
+                      x.kv_bytes_budget / (1 << 20), x.loss, x.ppl, ci_text(x.dloss, x.dloss_ci, "{:+.4f}"), ci_text(x.kl, x.kl_ci, "{:.4f}"),
+                      ci_text(x.top1, x.top1_ci, "{:.3f}"), vs_best_text(x, r));
   md += fmt::format(
       "\nIntervals: 95%, circular block bootstrap over the {} predicted positions (blocks of 32, 2000 replicates; paired for \"vs "
       "pick\", ≈: the interval holds 0, the two are not told apart on this passage). \"in low bits\": the share of the cached "
@@ -124,13 +131,14 @@ std::string eval_markdown(const EvalRequest& req, const EvalResult& r) {
 std::string eval_csv(const EvalResult& r) {
   std::string s =
       "recipe,bits,quantized_share,eff_bits,eff_bits_budget,eff_bits_128k,loss,ppl,dloss,dloss_lo,dloss_hi,kl,kl_lo,kl_hi,top1,top1_lo,"
-      "top1_hi,ranked,vs_pick_lo,vs_pick_hi,device\n";
+      "top1_hi,ranked,vs_pick_lo,vs_pick_hi,device,kv_bytes_budget\n";
   auto num = [](double v) { return std::isnan(v) ? std::string() : fmt::format("{:.6g}", v); };
   for (const EvalRow& x : r.rows)
-    s += fmt::format("{},{},{},{:.4f},{:.4f},{:.4f},{:.6f},{:.6f},{:.6f},{},{},{:.6g},{},{},{:.6f},{},{},{},{},{},{}\n", x.recipe, x.bits,
+    s += fmt::format("{},{},{},{:.4f},{:.4f},{:.4f},{:.6f},{:.6f},{:.6f},{},{},{:.6g},{},{},{:.6f},{},{},{},{},{},{},{:.0f}\n", x.recipe, x.bits,
                      x.quantizes ? fmt::format("{:.4f}", x.quantized) : std::string(), x.eff_bits, x.eff_bits_budget, x.eff_bits_128k,
                      x.loss, x.ppl, x.dloss, num(x.dloss_ci.lo), num(x.dloss_ci.hi), x.kl, num(x.kl_ci.lo), num(x.kl_ci.hi), x.top1,
-                     num(x.top1_ci.lo), num(x.top1_ci.hi), x.ranked ? 1 : 0, num(x.vs_best.lo), num(x.vs_best.hi), x.gpu ? "gpu" : "cpu");
+                     num(x.top1_ci.lo), num(x.top1_ci.hi), x.ranked ? 1 : 0, num(x.vs_best.lo), num(x.vs_best.hi), x.gpu ? "gpu" : "cpu",
+                     x.kv_bytes_budget);
   return s;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 #include <string>
 
+#include "oscar/02_model/formats/checkpoint.h"
 #include "oscar/06_quantize/recipe.h"
 
 namespace oscar {
@@ -51,5 +52,17 @@ struct EffectiveBits {
   double total() const { return (key + value) / 2; }
 };
 EffectiveBits effective_bits(const Recipe& r, long tokens, int head_dim, int n_kv_heads);
+
+// The whole model's cache after `tokens` positions: the recipe's cache in every global layer, and in every local
+// (sliding-window) layer its last min(tokens, window) tokens in the window dtype (oscar-eval's caches and
+// oscar_kv.hf keep local layers unquantized). A recipe that quantizes nothing stores every token in fp16.
+struct ModelCacheSize {
+  double bits_per_element = 0;  // K and V together, over every element the layers hold
+  double bytes = 0;             // of every layer's K and V
+  double bf16_bytes = 0;        // the same cache in BF16
+  double global_share_bf16 = 0; // the global layers' share of bf16_bytes
+  long held_tokens = 0;         // summed over layers
+};
+ModelCacheSize model_cache_size(const Recipe& r, long tokens, const ModelConfig& c);
 
 }  // namespace oscar

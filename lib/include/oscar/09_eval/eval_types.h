@@ -43,7 +43,10 @@ struct EvalRequest {
 struct EvalRow {
   std::string recipe;
   int bits = 0;
+  // Effective bits of the whole model's cache (model_cache_size: local layers in the window dtype) at the passage's
+  // length, 128K and the budget's context; its bytes at the budget's context.
   double loss = 0, ppl = 0, dloss = 0, kl = 0, top1 = 0, eff_bits = 0, eff_bits_128k = 0, eff_bits_budget = 0;
+  double kv_bytes_budget = 0;
   // The share of what the predictions' attention read that was in low bits (decoding_quantized_share); 0 for fp16.
   double quantized = 0;
   bool quantizes = false;  // the recipe quantizes at all (not fp16)
@@ -77,6 +80,9 @@ struct EvalResult {
   std::vector<EvalRow> rows;
   std::vector<RecallRow> recall;
   std::vector<GreedyRow> greedy;
+  int layers = 0, local_layers = 0, local_window = 0;  // the model's layers, its sliding-window ones and their window
+  double global_share_bf16 = 1;  // the global layers' share of a BF16 cache at the budget's context
+  double bf16_bytes_budget = 0;  // a BF16 cache of every layer at the budget's context
   int recall_lead = 0;       // tokens of other text before the recalled passage (past every recipe's sink)
   int generate_context = 0;  // tokens of other text before the greedy prompt
   Verdict verdict;
