@@ -53,6 +53,21 @@ TEST_CASE("quantized share by hand", "[eval][share]") {
   CHECK(windows_text(kivi) == "K residual 128, V recent 128");
 }
 
+TEST_CASE("Wilson score intervals of a proportion", "[eval][wilson]") {
+  // Reference values (Wilson 1927; statsmodels' proportion_confint(method="wilson")).
+  Interval w = wilson_interval(8, 10);
+  CHECK(w.lo == Approx(0.4902).margin(1e-4));
+  CHECK(w.hi == Approx(0.9433).margin(1e-4));
+  w = wilson_interval(0, 5);
+  CHECK(w.lo == 0.0);
+  CHECK(w.hi == Approx(0.4345).margin(1e-4));
+  w = wilson_interval(5, 5);
+  CHECK(w.lo == Approx(0.5655).margin(1e-4));
+  CHECK(w.hi == 1.0);
+  w = wilson_interval(0, 0);  // no trials: undefined, never 0
+  CHECK((std::isnan(w.lo) && std::isnan(w.hi)));
+}
+
 TEST_CASE("block bootstrap intervals", "[eval][bootstrap]") {
   std::mt19937 rng(5);
   std::normal_distribution<double> g(1.0, 2.0);

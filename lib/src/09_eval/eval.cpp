@@ -113,6 +113,12 @@ void validate_eval_options(const EvalRequest& req) {
   if (req.generate_context < -1)
     fail("--generate-context {} is negative; give the tokens of other text before the prompt (0: none), or leave it out", req.generate_context);
   eval_metric(req.metric);  // names --metric when unknown
+  if (!req.tasks.empty()) {
+    if (!req.recall_distances.empty() || req.generate > 0)
+      fail("--tasks evaluates the task file alone: drop --recall and --prompt/--generate (or run them without --tasks)");
+    if (req.gpu)
+      fail("--tasks runs on the CPU reference caches; for the CUDA kernels run experiments/hf_eval.py --tasks, or drop --gpu");
+  }
 }
 
 VerdictMetric eval_metric(const std::string& name) {
@@ -129,9 +135,11 @@ EvalResult run_eval(const EvalRequest& req) {
   if (req.recipes.empty()) fail("--recipes names no recipe; give at least one preset or recipe file, e.g. --recipes fp16,kivi");
   if (!req.out.empty()) {
     check_output_folder(req.out);
-    check_not_input(req.out, {"eval.csv", "eval.md", "eval.json", "recall.csv", "recall.png"},
-                    {req.model, req.tokenizer, req.text, req.calib_text, req.calib_dump});
+    check_not_input(req.out, {"eval.csv", "eval.md", "eval.json", "recall.csv", "recall.png", "tasks.md", "tasks.csv", "tasks.jsonl"},
+                    {req.model, req.tokenizer, req.text, req.calib_text, req.calib_dump, req.tasks});
   }
+  const std::vector<TaskSample> task_samples = req.tasks.empty() ? std::vector<TaskSample>{} : read_tasks_jsonl(req.tasks);
+  if (!req.tasks.empty() && task_samples.empty()) fail("{}: the task file holds no task; write one with oscar-tasks", req.tasks);
   const LoadedModel lm = LoadedModel::load(req.model, req.tokenizer);
   const ModelConfig& mc = lm.config;
   const auto lines = read_lines(req.text);
@@ -295,6 +303,19 @@ EvalResult run_eval(const EvalRequest& req) {
     if (j.gpu) return std::make_unique<GpuKvCache>(mc, j.r, calib.get(), static_cast<int>(n));
     return std::make_unique<QuantizedKvCache>(mc, j.r, calib.get());
   };
+
+  if (!req.tasks.empty()) {  // long-context tasks: full precision first (the reference of the 80% mark), then each recipe
+    std::vector<TaskCache> caches;
+    caches.push_back({"full precision (fp32)", false, {}, [&](size_t) { return std::make_unique<KvCache>(mc); }});
+    for (const Job& j : jobs)
+      caches.push_back({j.r.name, j.r.key.quantized() || j.r.value.quantized(), [r = j.r](long t) { return quantized_share(r, t); },
+                        [&make_cache, &j](size_t n) { return make_cache(j, n); }});
+    Progress bar("tasks", static_cast<long>(task_samples.size() * caches.size()), req.progress);
+    EvalResult res;
+    res.model_name = lm.name;
+    res.tasks = run_tasks(lm, req.tasks, task_samples, caches, bar);
+    return res;
+  }
 
   EvalResult res;
   res.model_name = lm.name;

@@ -3,6 +3,7 @@
 #include "oscar/09_eval/long_tasks.h"
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -302,8 +303,26 @@ std::vector<TaskSample> read_tasks_jsonl(const std::filesystem::path& path) {
   return out;
 }
 
-bool score_answer(const TaskSample& s, std::string_view generated) {
-  return std::all_of(s.answers.begin(), s.answers.end(), [&](const std::string& a) { return generated.find(a) != std::string_view::npos; });
+double score_answer(const TaskSample& s, std::string_view generated) {
+  auto lower = [](std::string_view x) {
+    std::string t(x);
+    for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return t;
+  };
+  const std::string g = lower(generated);
+  int found = 0;
+  for (const std::string& a : s.answers) found += g.find(lower(a)) != std::string::npos ? 1 : 0;
+  return s.answers.empty() ? 0.0 : static_cast<double>(found) / static_cast<double>(s.answers.size());
+}
+
+int answer_tokens(const std::string& task) {
+  switch (long_task_from_name(task)) {
+    case LongTask::passkey: return 8;
+    case LongTask::niah_single:
+    case LongTask::niah_multikey: return 12;
+    case LongTask::variable_tracking: return 32;
+  }
+  return 16;
 }
 
 }  // namespace oscar

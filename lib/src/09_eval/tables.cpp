@@ -61,6 +61,7 @@ std::string vs_best_text(const EvalRow& x, const EvalResult& r) {
 }  // namespace
 
 std::string eval_markdown(const EvalRequest& req, const EvalResult& r) {
+  if (r.tasks) return tasks_markdown(*r.tasks, r.model_name);
   bool any_gpu = false, any_low = false;
   for (const EvalRow& x : r.rows) {
     any_gpu = any_gpu || x.gpu;
@@ -227,6 +228,13 @@ void write_eval_outputs(const EvalRequest& req, const EvalResult& r, const std::
   if (ec) fail("{}: cannot create the output folder ({}); choose another --out", out_dir, ec.message());
   OutputSet set;  // all of them or none
   const fs::path dir(out_dir);
+  if (r.tasks) {
+    set.add(dir / "tasks.md").write(tasks_markdown(*r.tasks, r.model_name));
+    set.add(dir / "tasks.csv").write(tasks_csv(*r.tasks));
+    set.add(dir / "tasks.jsonl").write(tasks_outcomes_jsonl(*r.tasks));
+    set.commit();
+    return;
+  }
   set.add(dir / "eval.csv").write(eval_csv(r));  // write errors name the file and the reason
   set.add(dir / "eval.md").write(eval_markdown(req, r));
   set.add(dir / "eval.json").write(eval_json(req, r));

@@ -31,4 +31,8 @@ Interval bootstrap_mean_interval(const std::vector<double>& x, int block = 32, i
 Interval bootstrap_paired_difference(const std::vector<double>& a, const std::vector<double>& b, int block = 32, int reps = 2000,
                                      uint64_t seed = 20261125);
 
+// Wilson's score interval (95% with z = 1.96) of a proportion of `successes` out of `n` trials; NaN bounds when
+// n = 0. Fractional successes (partial credit summed) are taken as they are: an approximation.
+Interval wilson_interval(double successes, int n, double z = 1.959963984540054);
+
 }  // namespace oscar

@@ -1,11 +1,13 @@
 // eval_types.h: oscar-eval's request (what to evaluate, with the command-line option behind each field) and
 // its results (one row per recipe, recall and greedy rows). Plain data shared by eval, metrics and tables.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "oscar/01_core/stats.h"
 #include "oscar/06_quantize/recipe_yaml.h"
+#include "oscar/09_eval/task_eval.h"
 #include "oscar/11_report/verdict.h"
 
 namespace oscar {
@@ -38,6 +40,9 @@ struct EvalRequest {
   bool progress = true;
   bool gpu = false;  // --gpu: quantized recipes attend through the CUDA kernels (GpuKvCache)
   bool clamp_groups = false;  // --clamp-groups: per-token groups wider than the model's head_dim become head_dim
+  // --tasks: a task file (oscar-tasks' JSONL): long-context task accuracy per recipe instead of the passage's
+  // evaluation (the passage options still choose the calibration passage).
+  std::string tasks;
 };
 
 struct EvalRow {
@@ -88,6 +93,7 @@ struct EvalResult {
   Verdict verdict;
   VerdictMetric metric;
   std::vector<std::string> warnings;  // printed once each to stderr, kept in the outputs
+  std::optional<TaskResults> tasks;   // with --tasks: the task cells (then no passage rows, recall or greedy)
 };
 
 // The verdict metrics oscar-eval takes (--metric): kl, dloss.

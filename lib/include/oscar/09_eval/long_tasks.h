@@ -8,7 +8,8 @@
 // Each sample's prompt is fitted to a target length in tokens of the model's tokenizer (the largest haystack that
 // fits, counted with `count_tokens`), with the needle after the haystack unit nearest `depth` of it. Deterministic for
 // a seed (std::mt19937_64, its own stream per task x length x depth x sample). Written as JSONL so that other tools
-// can run the same prompts; score_answer() is RULER's string match (every expected answer appears in the output).
+// can run the same prompts; score_answer() is RULER's string_match_all (the share of the expected answers that
+// appear in the output, case-insensitively).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -70,7 +71,11 @@ void write_tasks_jsonl(const std::filesystem::path& path, const std::vector<Task
 // Reads what write_tasks_jsonl writes; throws Error naming the file and line on anything else.
 std::vector<TaskSample> read_tasks_jsonl(const std::filesystem::path& path);
 
-// RULER's string match: true when every expected answer appears in `generated`.
-bool score_answer(const TaskSample& s, std::string_view generated);
+// RULER's string_match_all: the share of the expected answers that appear in `generated`, ignoring case (1 when
+// every one does; single-answer tasks score 0 or 1).
+double score_answer(const TaskSample& s, std::string_view generated);
+// The greedy tokens a task's answer gets (passkey 8, the needle tasks 12, variable tracking 32), as RULER sizes its
+// tokens_to_generate to the answer.
+int answer_tokens(const std::string& task);
 
 }  // namespace oscar

@@ -19,7 +19,8 @@ std::string eval_json(const EvalRequest& req, const EvalResult& r);
 // Throws Error naming `dir` unless it is a writable folder or can be created (its nearest existing
 // ancestor is a writable folder). Creates nothing.
 void check_output_folder(const std::string& dir);
-// OUT/eval.csv, eval.md, eval.json, recall.csv, recall.png (when a recall test ran); all or nothing.
+// OUT/eval.csv, eval.md, eval.json, recall.csv, recall.png (when a recall test ran); with --tasks OUT/tasks.md,
+// tasks.csv (the cells) and tasks.jsonl (every sample's answer and score) instead; all or nothing.
 void write_eval_outputs(const EvalRequest& req, const EvalResult& r, const std::string& out_dir);
 
 }  // namespace oscar

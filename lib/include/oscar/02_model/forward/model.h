@@ -70,6 +70,10 @@ class KvCache {
   // Whether a chunk of several tokens gives each query what decoding one token at a time would (true for caches
   // whose views carry per-query body ranges); false: callers that need a server's view feed one token at a time.
   virtual bool serves_chunks() const { return true; }
+  // While on, the queries of a chunk of several tokens read every held row in its window form (a quantizing cache
+  // still quantizes the rows on write): a server's prefill, whose attention runs over the prompt's own keys and
+  // values before they are stored in low bits. Off (the default): each query reads the cache of its own time.
+  void read_chunks_in_full_precision(bool on) { chunks_full_precision_ = on; }
   void advance(int n) { length_ += n; }
   // The rows held for `layer`: positions [first_position(layer), length()).
   const MatrixRM& keys(int layer) const { return k_[layer]; }
@@ -85,6 +89,7 @@ class KvCache {
   std::vector<int> first_;    // per layer: the position of row 0 (0 unless a sliding window dropped rows)
   std::vector<int> windows_;  // per layer: the sliding window, 0 for global layers
   std::vector<MatrixRM> k_view_, v_view_;
+  bool chunks_full_precision_ = false;
   // Drops rows [0, n) of `layer` (positions first_ .. first_+n-1).
   void drop_rows(int layer, int n);
 };

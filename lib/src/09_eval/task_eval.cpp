@@ -1,0 +1,165 @@
+// task_eval.cpp: prefill each task prompt through each cache, answer greedily, score, and tabulate with Wilson
+// intervals.
+#include "oscar/09_eval/task_eval.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <span>
+
+#include <nlohmann/json.hpp>
+
+#include "oscar/01_core/error.h"
+#include "oscar/09_eval/decoding.h"
+
+namespace oscar {
+
+namespace {
+
+template <typename T>
+void add_once(std::vector<T>& v, const T& x) {
+  if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+}
+
+std::string percent(double x) { return std::isnan(x) ? "-" : fmt::format("{:.0f}", 100 * x); }
+
+std::string cell_text(const TaskCell& c) {
+  if (c.n == 0) return "-";
+  return fmt::format("{}{}% [{}, {}] ({:g}/{})", c.reference_weak ? "⚠ " : "", percent(c.accuracy()), percent(c.ci.lo),
+                     percent(c.ci.hi), c.score, c.n);
+}
+
+}  // namespace
+
+size_t question_start(const LoadedModel& lm, const TaskSample& s, const std::vector<int>& ids) {
+  const size_t nl = s.prompt.rfind('\n');
+  if (nl == std::string::npos || nl == 0) fail("internal: a {} prompt without a question line", s.task);
+  const std::vector<int> context = lm.encode(std::string_view(s.prompt).substr(0, nl + 1));
+  size_t k = 0;  // the longest common prefix: where the question's own tokens begin
+  while (k < context.size() && k < ids.size() && context[k] == ids[k]) ++k;
+  return std::clamp<size_t>(k, 1, ids.size() - 1);
+}
+
+const TaskCell& TaskResults::cell(const std::string& recipe, const std::string& task, int length) const {
+  for (const TaskCell& c : cells)
+    if (c.recipe == recipe && c.task == task && c.length == length) return c;
+  fail("internal: no task cell {} / {} / {}", recipe, task, length);
+}
+
+TaskResults run_tasks(const LoadedModel& lm, const std::string& file, const std::vector<TaskSample>& samples,
+                      const std::vector<TaskCache>& caches, Progress& bar) {
+  TaskResults r;
+  r.file = file;
+  const int ctx = lm.config.seq_len;
+  std::vector<std::vector<int>> prompts;
+  std::vector<size_t> splits;  // where the question starts: the context's tokens come first
+  for (const TaskSample& s : samples) {  // every prompt checked before any decoding
+    prompts.push_back(lm.encode(s.prompt));
+    splits.push_back(question_start(lm, s, prompts.back()));
+    const long need = static_cast<long>(prompts.back().size()) + answer_tokens(s.task);
+    if (need > ctx)
+      fail("{}: a {} prompt of {} tokens (line {}) with its {} answer tokens exceeds {}'s context of {} tokens; write the tasks "
+           "with oscar-tasks for this model (lengths up to its context)",
+           file, s.task, prompts.back().size(), &s - samples.data() + 1, answer_tokens(s.task), lm.path, ctx);
+    add_once(r.tasks, s.task);
+    add_once(r.lengths, s.target_tokens);
+  }
+  std::sort(r.lengths.begin(), r.lengths.end());
+  const Model& m = lm.model();
+  for (const TaskCache& c : caches) {
+    r.recipes.push_back(c.name);
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const TaskSample& s = samples[i];
+      const int n_new = answer_tokens(s.task);
+      const auto cache = c.make(prompts[i].size() + n_new);
+      const std::span<const int> all(prompts[i]);
+      cache->read_chunks_in_full_precision(true);  // the context: a prefill, stored in low bits as it is written
+      m.forward(all.first(splits[i]), *cache, {}, true);
+      cache->read_chunks_in_full_precision(false);  // the question and the answer: from the cache of their own time
+      const std::vector<int> ids = decode_greedy(m, *cache, all.subspan(splits[i]), n_new);
+      std::string text;
+      int prev = prompts[i].back();
+      for (int t : ids) text += lm.decode_piece(prev, t), prev = t;
+      TaskOutcome o{c.name, s.task, s.target_tokens, static_cast<int>(prompts[i].size()), s.index, s.depth, score_answer(s, text),
+                    c.quantizes ? c.quantized_share(static_cast<long>(prompts[i].size())) : 0.0, text};
+      r.outcomes.push_back(std::move(o));
+      bar.advance();
+    }
+  }
+  // Cells: per (recipe, task, length) and pooled over tasks ("all").
+  std::vector<std::string> task_keys = r.tasks;
+  task_keys.push_back("all");
+  for (const std::string& recipe : r.recipes)
+    for (const std::string& task : task_keys)
+      for (int len : r.lengths) {
+        TaskCell cell{recipe, task, len};
+        for (const TaskOutcome& o : r.outcomes)
+          if (o.recipe == recipe && o.length == len && (task == "all" || o.task == task))
+            cell.score += o.score, cell.quantized += o.quantized, ++cell.n;
+        if (cell.n > 0) cell.quantized /= cell.n;
+        cell.ci = wilson_interval(cell.score, cell.n);
+        r.cells.push_back(cell);
+      }
+  for (TaskCell& cell : r.cells) {  // the first cache is the reference
+    const TaskCell& ref = r.cell(r.recipes.front(), cell.task, cell.length);
+    cell.reference_weak = ref.n > 0 && ref.accuracy() < kTaskReferenceFloor;
+  }
+  return r;
+}
+
+std::string tasks_markdown(const TaskResults& r, const std::string& model_name) {
+  std::map<std::string, int> per_cell;
+  for (const TaskOutcome& o : r.outcomes)
+    if (o.recipe == r.recipes.front()) ++per_cell[o.task + "/" + std::to_string(o.length)];
+  const int n_min = per_cell.empty() ? 0 : std::min_element(per_cell.begin(), per_cell.end(), [](auto& a, auto& b) { return a.second < b.second; })->second;
+  std::string md = fmt::format(
+      "**{}**, long-context tasks of {} ({} samples; the context prefilled and stored in the recipe's cache, the question read "
+      "and the answer generated greedily from that cache): accuracy (RULER's string_match_all) with Wilson's 95% interval and "
+      "(score/samples); "
+      "⚠: {} itself scores under {:.0f}% there, so the cell cannot separate recipes; in low bits: the share of the prompt's "
+      "cache (global layers) in low bits when the answer starts, at each length.\n\n",
+      model_name, r.file, r.outcomes.size() / std::max<size_t>(1, r.recipes.size()), r.recipes.front(), 100 * kTaskReferenceFloor);
+  auto table = [&](const std::string& task, const std::string& title) {
+    md += fmt::format("{}\n\n| recipe | in low bits |", title);
+    for (int len : r.lengths) md += fmt::format(" {} |", len >= 1024 && len % 1024 == 0 ? fmt::format("{}K", len / 1024) : std::to_string(len));
+    md += "\n|---|---|";
+    for (size_t i = 0; i < r.lengths.size(); ++i) md += "---|";
+    md += "\n";
+    for (const std::string& recipe : r.recipes) {
+      std::string low;
+      for (int len : r.lengths) {
+        const TaskCell& c = r.cell(recipe, task, len);
+        low += (low.empty() ? "" : " / ") + (recipe == r.recipes.front() || c.quantized == 0 ? std::string("-") : percent(c.quantized) + "%");
+      }
+      md += fmt::format("| {} | {} |", recipe, low);
+      for (int len : r.lengths) md += " " + cell_text(r.cell(recipe, task, len)) + " |";
+      md += "\n";
+    }
+    md += "\n";
+  };
+  table("all", fmt::format("All tasks pooled ({} tasks, at least {} samples per task and length):", r.tasks.size(), n_min));
+  for (const std::string& t : r.tasks) table(t, fmt::format("`{}`:", t));
+  return md;
+}
+
+std::string tasks_csv(const TaskResults& r) {
+  std::string s = "recipe,task,length,n,score,accuracy,ci_lo,ci_hi,quantized_share,reference_below_80\n";
+  auto num = [](double v) { return std::isnan(v) ? std::string() : fmt::format("{:.4f}", v); };
+  for (const TaskCell& c : r.cells)
+    s += fmt::format("{},{},{},{},{:g},{},{},{},{},{}\n", c.recipe, c.task, c.length, c.n, c.score, num(c.accuracy()), num(c.ci.lo),
+                     num(c.ci.hi), num(c.quantized), c.reference_weak ? 1 : 0);
+  return s;
+}
+
+std::string tasks_outcomes_jsonl(const TaskResults& r) {
+  std::string s;
+  for (const TaskOutcome& o : r.outcomes)
+    s += nlohmann::json{{"recipe", o.recipe},     {"task", o.task},   {"length", o.length},         {"prompt_tokens", o.prompt_tokens},
+                        {"depth", o.depth},       {"index", o.index}, {"score", o.score},           {"quantized_share", o.quantized},
+                        {"answer", o.answer}}
+             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+         "\n";
+  return s;
+}
+
+}  // namespace oscar
