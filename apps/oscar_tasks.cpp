@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
     spec.depths = depths;
     spec.samples = samples;
     spec.seed = seed;
-    const auto all = oscar::generate_long_tasks(spec, m.count);
+    auto all = oscar::generate_long_tasks(spec, m.count);
+    oscar::add_prompt_ids(all, m.encode);  // the ids too: other tools run the same tokens
     oscar::write_tasks_jsonl(out, all);
     fmt::print("{}: {} tasks ({} x {} lengths x {} depths x {} samples) for {}'s tokenizer\n", out, all.size(), spec.tasks.size(),
                spec.lengths.size(), spec.depths.size(), samples, m.name);

@@ -8,6 +8,9 @@
   # a model folder with its own tokenizer:
   python3 experiments/hf_eval.py --model HF_FOLDER --text data/text/kjv.txt.gz --offset -404 --tokens 1024 \
       --recipes oscar-omni --bits 2,4 --prompt 'The capital of France is' --generate 24 --out OUT
+  # long-context tasks (oscar-tasks --model GGUF writes them with the model's ids), oscar-cov calibrated on a dump:
+  python3 experiments/hf_eval.py --model HF_FOLDER --tasks tasks.jsonl --calib-ids gen.h5 \
+      --recipes bf16,oscar-omni,oscar-cov --bits 2 --out OUT
   # smoke test on a tiny random model (seeded random token ids unless --text):
   python3 experiments/hf_eval.py --random llama --tokens 256 --recipes oscar-omni --out OUT
 
@@ -62,6 +65,9 @@ def build_args(argv):
     ap.add_argument("--newline-id", type=int, help="the newline token (default: from the tokenizer or the dumps' texts)")
     ap.add_argument("--prompt", help="greedy agreement: prompt text (tokenizer) or ids:1,2,3")
     ap.add_argument("--generate", type=int, default=0, help="tokens to generate greedily from --prompt")
+    ap.add_argument("--tasks", metavar="JSONL", help="long-context task accuracy instead of the passage's evaluation: a task "
+                    "file of oscar-tasks (with the model's token ids) into tasks.md, tasks.csv, tasks.jsonl; oscar-cov "
+                    "calibrates on --calib-ids or takes --rotations")
     ap.add_argument("--device", default="cuda", help="torch device (a CUDA device: the kernels run there)")
     ap.add_argument("--out", required=True, help="folder for eval.md, eval.csv, needle.csv, greedy.csv")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -113,6 +119,8 @@ def run(a):
     else:
         model, tok, name = H.random_model(a.random, a.device)
     vocab = model.config.get_text_config(decoder=True).vocab_size
+    if a.tasks:
+        return run_tasks(a, H, model, tok, name, vocab, recipes, bits, out, log)
 
     texts_seen = []
     if a.token_ids:
@@ -197,6 +205,37 @@ def run(a):
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(files["eval.md"])
+    return 0
+
+
+def run_tasks(a, H, model, tok, name, vocab, recipes, bits, out, log):
+    """--tasks: every sample through full precision and each recipe (oscar_kv.hf_tasks)."""
+    from oscar_kv import hf, hf_tasks as T
+    if a.token_ids or a.text or a.needle or a.generate:
+        raise H.Refusal("--tasks evaluates the task file alone: drop --token-ids/--text, --needle and --generate")
+    T.check_recipes(recipes, bits)
+    samples = T.read_tasks(a.tasks, vocab)
+    rotations = {"oscar-cov": a.rotations} if a.rotations else {}
+    work = tempfile.mkdtemp(prefix=".hf_eval-", dir=out if os.path.isdir(out) else None)
+    try:
+        hf.enable(model)
+        for r in recipes:
+            if r.startswith("oscar-cov") and r not in rotations:
+                if not a.calib_ids:
+                    raise H.Refusal(f"{r}: needs rotations: give --rotations FILE (oscar-rotate) or --calib-ids DUMP")
+                ids, _ = H.read_dump_ids(a.calib_ids, "--calib-ids")
+                ids = ids[:a.calib_tokens] if a.calib_tokens else ids
+                path = os.path.join(work, f"rotations-{r}.h5")
+                log(f"calibrating {r} on {len(ids)} tokens (oscar-rotate) ...")
+                hf.calibrate(model, ids, path, recipe=r, name=name)
+                hf.enable(model)
+                rotations[r] = path
+        res = T.run(model, tok, name, samples, H.Jobs(model, recipes, bits, rotations), log)
+        files = T.output_files(res, os.path.basename(a.tasks))
+        H.write_outputs(out, files)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(files["tasks.md"])
     return 0
 
 

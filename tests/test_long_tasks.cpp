@@ -97,7 +97,9 @@ TEST_CASE("long-context tasks are deterministic for a seed", "[long_tasks]") {
 }
 
 TEST_CASE("long-context tasks round-trip through JSONL; bad files and specs are refused", "[long_tasks]") {
-  const auto a = generate_long_tasks(spec(), count);
+  auto a = generate_long_tasks(spec(), count);
+  const TokenEncoder encode = [](std::string_view s) { return tok().encode(s, true, false); };
+  add_prompt_ids(a, encode);
   const auto path = oscar::test::scratch() / "tasks.jsonl";
   write_tasks_jsonl(path, a);
   const auto b = read_tasks_jsonl(path);
@@ -107,12 +109,28 @@ TEST_CASE("long-context tasks round-trip through JSONL; bad files and specs are 
     CHECK(a[i].answers == b[i].answers);
     CHECK(a[i].answer_prefix == b[i].answer_prefix);
     CHECK(a[i].prompt_tokens == b[i].prompt_tokens);
+    // the ids are the prompt's encoding; the question's ids encode the last line (question and answer prefix)
+    CHECK(b[i].prompt_ids == encode(a[i].prompt));
+    CHECK(static_cast<int>(b[i].prompt_ids.size()) == a[i].prompt_tokens);
+    const size_t nl = a[i].prompt.rfind('\n');
+    CHECK(b[i].question_start == static_cast<int>(encode(a[i].prompt.substr(0, nl + 1)).size()));
   }
   const auto bad = oscar::test::scratch() / "bad.jsonl";
   std::ofstream(bad) << "{\"task\": \"passkey\"}\n";
   CHECK_THROWS_WITH(read_tasks_jsonl(bad), Catch::Contains("bad.jsonl: line 1"));
   std::ofstream(bad) << "{\"task\": \"sudoku\", \"answers\": [\"1\"]}\n";
   CHECK_THROWS_WITH(read_tasks_jsonl(bad), Catch::Contains("unknown long-context task 'sudoku'"));
+  {  // a question_start outside the prompt's ids, on line 2
+    std::ifstream in(path);
+    std::string first, second;
+    std::getline(in, first);
+    std::getline(in, second);
+    const size_t at = second.find("\"question_start\":");
+    REQUIRE(at != std::string::npos);
+    second.replace(at, second.find_first_of(",}", at) - at, "\"question_start\":999999");
+    std::ofstream(bad) << first << "\n" << second << "\n";
+    CHECK_THROWS_WITH(read_tasks_jsonl(bad), Catch::Contains("bad.jsonl: line 2") && Catch::Contains("question_start 999999"));
+  }
   TaskSpec s = spec();
   s.lengths = {100};
   CHECK_THROWS_WITH(generate_long_tasks(s, count), Catch::Contains("too short"));

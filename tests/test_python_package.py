@@ -253,8 +253,42 @@ def main():
             with torch.device("meta"):
                 mm = AutoModelForCausalLM.from_config(cfg)
             raises(lambda: okv.layer_plan(mm, "oscar-omni", 2), ValueError, "'mamba' is not supported", what="mamba")
+    check_tasks(Path(lib_path).resolve().parents[1] if lib_path else None)
     print(f"{len(failures)} failures" if failures else "all passed")
     return 1 if failures else 0
+
+
+def check_tasks(build):
+    """hf_eval.py --tasks' pieces that need no GPU: the task file (as oscar-tasks writes it, with the model's ids),
+    RULER's score and Wilson's interval (the values lib's test checks)."""
+    import json
+    import tempfile
+    from oscar_kv import hf_tasks as T
+    from oscar_kv.hf_eval import Refusal
+    lo, hi = T.wilson(8, 10)
+    check(abs(lo - 0.4902) < 1e-4 and abs(hi - 0.9433) < 1e-4, f"wilson(8, 10) = {lo}, {hi}")
+    check(T.wilson(0, 3) == (0.0, T.wilson(0, 3)[1]) and abs(T.wilson(0, 3)[1] - 0.5615) < 1e-3, "wilson(0, 3)")
+    check(T.score(["ABCDE", "FGHIJ"], "vars: abcde") == 0.5, "partial credit, case ignored")
+    tool = build / "apps" / "oscar-tasks" if build else None
+    if tool is None or not tool.is_file():
+        print("SKIP: task file checks (oscar-tasks not built)")
+        return
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "t.jsonl"
+        r = subprocess.run([str(tool), "--model", str(ROOT / "data/stories260K/stories260K.bin"), "--tokenizer",
+                            str(ROOT / "data/stories260K/tok512.bin"), "--tasks", "passkey", "--lengths", "300",
+                            "--samples", "1", "--out", str(f)], capture_output=True, text=True)
+        check(r.returncode == 0, f"oscar-tasks: {r.stderr.strip()}")
+        samples = T.read_tasks(str(f), 512)
+        check(len(samples) == 3 and all(1 <= s["question_start"] < len(s["prompt_ids"]) <= 300 for s in samples),
+              "task file with ids")
+        raises(lambda: T.read_tasks(str(f), 100), Refusal, "another model", what="ids beyond the vocabulary")
+        rows = [json.loads(x) for x in f.read_text().splitlines()]
+        del rows[1]["prompt_ids"]
+        f.write_text("".join(json.dumps(x) + "\n" for x in rows))
+        raises(lambda: T.read_tasks(str(f), 512), Refusal, "line 2 has no prompt_ids", what="no ids")
+        f.write_text("{not json\n")
+        raises(lambda: T.read_tasks(str(f), 512), Refusal, "line 1", "regenerate", what="bad JSON")
 
 
 if __name__ == "__main__":

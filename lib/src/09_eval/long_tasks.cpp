@@ -247,13 +247,30 @@ ModelTokens model_tokens(const std::string& model, const std::string& tokenizer)
     const std::string arch = f.get_string("general.architecture");
     if (f.has(arch + ".context_length")) m.context_length = static_cast<int>(f.get_u32(arch + ".context_length"));
     auto bpe = std::make_shared<BpeTokenizer>(vocab_spec_from_gguf(f), model);
-    m.count = [bpe](std::string_view s) { return static_cast<int>(bpe->encode(s).size()); };
+    m.encode = [bpe](std::string_view s) { return bpe->encode(s); };
   } else {
     auto lm = std::make_shared<LoadedModel>(LoadedModel::load(model, tokenizer));
     m.context_length = lm->config.seq_len;
-    m.count = [lm](std::string_view s) { return static_cast<int>(lm->encode(s).size()); };
+    m.encode = [lm](std::string_view s) { return lm->encode(s); };
   }
+  m.count = [enc = m.encode](std::string_view s) { return static_cast<int>(enc(s).size()); };
   return m;
+}
+
+int question_start(const TaskSample& s, const std::vector<int>& ids, const TokenEncoder& encode) {
+  const size_t nl = s.prompt.rfind('\n');
+  if (nl == std::string::npos || nl == 0 || ids.size() < 2) fail("internal: a {} prompt without a question line", s.task);
+  const std::vector<int> context = encode(std::string_view(s.prompt).substr(0, nl + 1));
+  size_t k = 0;
+  while (k < context.size() && k < ids.size() && context[k] == ids[k]) ++k;
+  return static_cast<int>(std::clamp<size_t>(k, 1, ids.size() - 1));
+}
+
+void add_prompt_ids(std::vector<TaskSample>& samples, const TokenEncoder& encode) {
+  for (TaskSample& s : samples) {
+    s.prompt_ids = encode(s.prompt);
+    s.question_start = question_start(s, s.prompt_ids, encode);
+  }
 }
 
 void write_tasks_jsonl(const std::filesystem::path& path, const std::vector<TaskSample>& samples) {
@@ -262,6 +279,7 @@ void write_tasks_jsonl(const std::filesystem::path& path, const std::vector<Task
     nlohmann::json j = {{"task", s.task},     {"target_tokens", s.target_tokens},     {"prompt_tokens", s.prompt_tokens},
                         {"depth", s.depth},   {"needle_position", s.needle_position}, {"index", s.index},
                         {"prompt", s.prompt}, {"answer_prefix", s.answer_prefix},     {"answers", s.answers}};
+    if (!s.prompt_ids.empty()) j["prompt_ids"] = s.prompt_ids, j["question_start"] = s.question_start;
     text += j.dump();
     text += '\n';
   }
@@ -295,6 +313,12 @@ std::vector<TaskSample> read_tasks_jsonl(const std::filesystem::path& path) {
       s.answer_prefix = j.at("answer_prefix").get<std::string>();
       s.answers = j.at("answers").get<std::vector<std::string>>();
       if (s.answers.empty()) fail("no answers");
+      if (j.contains("prompt_ids")) {
+        s.prompt_ids = j.at("prompt_ids").get<std::vector<int>>();
+        s.question_start = j.at("question_start").get<int>();
+        if (s.question_start < 1 || s.question_start >= static_cast<int>(s.prompt_ids.size()))
+          fail("question_start {} is outside the prompt's {} ids", s.question_start, s.prompt_ids.size());
+      }
       out.push_back(std::move(s));
     } catch (const std::exception& e) {
       fail("{}: line {}: not a task of write_tasks_jsonl ({}); regenerate the file", path.string(), line, e.what());

@@ -31,15 +31,6 @@ std::string cell_text(const TaskCell& c) {
 
 }  // namespace
 
-size_t question_start(const LoadedModel& lm, const TaskSample& s, const std::vector<int>& ids) {
-  const size_t nl = s.prompt.rfind('\n');
-  if (nl == std::string::npos || nl == 0) fail("internal: a {} prompt without a question line", s.task);
-  const std::vector<int> context = lm.encode(std::string_view(s.prompt).substr(0, nl + 1));
-  size_t k = 0;  // the longest common prefix: where the question's own tokens begin
-  while (k < context.size() && k < ids.size() && context[k] == ids[k]) ++k;
-  return std::clamp<size_t>(k, 1, ids.size() - 1);
-}
-
 const TaskCell& TaskResults::cell(const std::string& recipe, const std::string& task, int length) const {
   for (const TaskCell& c : cells)
     if (c.recipe == recipe && c.task == task && c.length == length) return c;
@@ -55,7 +46,11 @@ TaskResults run_tasks(const LoadedModel& lm, const std::string& file, const std:
   std::vector<size_t> splits;  // where the question starts: the context's tokens come first
   for (const TaskSample& s : samples) {  // every prompt checked before any decoding
     prompts.push_back(lm.encode(s.prompt));
-    splits.push_back(question_start(lm, s, prompts.back()));
+    if (!s.prompt_ids.empty() && s.prompt_ids != prompts.back())
+      fail("{}: line {}: the prompt's ids differ from {}'s encoding of its text: the file was written for another tokenizer; "
+           "write the tasks with oscar-tasks --model {}",
+           file, &s - samples.data() + 1, lm.path, lm.path);
+    splits.push_back(static_cast<size_t>(question_start(s, prompts.back(), [&lm](std::string_view t) { return lm.encode(t); })));
     const long need = static_cast<long>(prompts.back().size()) + answer_tokens(s.task);
     if (need > ctx)
       fail("{}: a {} prompt of {} tokens (line {}) with its {} answer tokens exceeds {}'s context of {} tokens; write the tasks "

@@ -35,6 +35,11 @@ struct TaskSample {
   std::string prompt;                // the text to encode (the tokenizer adds BOS where it does)
   std::string answer_prefix;         // what the model's answer starts with (appended to the prompt by the caller)
   std::vector<std::string> answers;  // every one must appear in the generated text
+  // The prompt as the model's tokenizer encodes it (BOS first where it adds one) and where its question begins (the
+  // context is ids [0, question_start)): written by oscar-tasks so that tools without this tokenizer (transformers'
+  // GGUF tokenizer of Gemma 3 is wrong) run the same tokens; empty / -1 in files without them.
+  std::vector<int> prompt_ids;
+  int question_start = -1;
 };
 
 struct TaskSpec {
@@ -51,6 +56,8 @@ std::vector<int> default_task_lengths(int context);
 
 // Tokens of a text as the model's tokenizer counts them (BOS included where it adds one).
 using TokenCounter = std::function<int(std::string_view)>;
+// A text's ids as the model's tokenizer encodes it (BOS included where it adds one).
+using TokenEncoder = std::function<std::vector<int>(std::string_view)>;
 
 // Every sample of `spec`, in the order task, length, depth, sample. Throws Error when a length is below 256 tokens or
 // above spec.context, a depth outside [0, 1], or when even the smallest haystack does not fit a length.
@@ -61,10 +68,17 @@ std::vector<TaskSample> generate_long_tasks(const TaskSpec& spec, const TokenCou
 // tokenizer.bin. Throws Error naming the file.
 struct ModelTokens {
   TokenCounter count;
+  TokenEncoder encode;
   int context_length = 0;
   std::string name;
 };
 ModelTokens model_tokens(const std::string& model, const std::string& tokenizer);
+
+// Where the question of `s` begins in `ids` (its prompt encoded): after the tokens that encode the prompt up to its
+// last line break (the context); the longest common prefix of the two encodings.
+int question_start(const TaskSample& s, const std::vector<int>& ids, const TokenEncoder& encode);
+// Fills prompt_ids and question_start of every sample with `encode`.
+void add_prompt_ids(std::vector<TaskSample>& samples, const TokenEncoder& encode);
 
 // One JSON object per line (the fields of TaskSample), written through AtomicOutput.
 void write_tasks_jsonl(const std::filesystem::path& path, const std::vector<TaskSample>& samples);

@@ -58,13 +58,10 @@ struct TaskResults {
 };
 
 // Runs every sample through every cache (the first cache is the reference the 80% mark reads); `bar` advances once
-// per sample and cache. Throws Error naming the file when a prompt is longer than the model's context.
+// per sample and cache. Throws Error naming the file when a prompt is longer than the model's context, or its ids (when the
+// file has them) are not the model's encoding of its text.
 TaskResults run_tasks(const LoadedModel& lm, const std::string& file, const std::vector<TaskSample>& samples,
                       const std::vector<TaskCache>& caches, Progress& bar);
-
-// Where the question of `s` begins in its prompt's ids: after the tokens that encode the prompt up to its last line
-// break (the context).
-size_t question_start(const LoadedModel& lm, const TaskSample& s, const std::vector<int>& ids);
 
 // Markdown: the pooled table (recipe x length) and one table per task; CSV of the cells; JSONL of every outcome.
 std::string tasks_markdown(const TaskResults& r, const std::string& model_name);
