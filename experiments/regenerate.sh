@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# regenerate.sh [--quick] [--readme FILE] [--build DIR]: rebuilds every table and plot in README from the bundled data
-# and SmolLM2-135M-Instruct (data/fetch_smollm2.sh) on a CPU-only machine: the TNI and attention-sink tables of
-# SmolLM2 (main.sh), the dumps and every shipped sweep (run_sweeps.sh; SmolLM2's included), the end-to-end
-# evaluation (run_eval.sh); then splices the new tables into README between its <!-- BEGIN name --> /
+# regenerate.sh [--quick] [--readme FILE] [--build DIR]: rebuilds every table and plot in README from the bundled data,
+# SmolLM2-135M-Instruct and Gemma 3 270M (data/fetch_smollm2.sh, data/fetch_gemma3.sh) on a CPU-only machine: the TNI
+# and attention-sink tables of SmolLM2 (main.sh) and Gemma 3, the dumps and every shipped sweep (run_sweeps.sh; both
+# real models' included), the end-to-end evaluation (run_eval.sh), the long-context tasks on the CPU (run_tasks.sh);
+# then splices the new tables into README between its <!-- BEGIN name --> /
 # <!-- END name --> markers. README changes only if every step succeeded. It also runs the covariance-scope ablation
 # (per-layer vs per-KV-head OSCAR rotations) into results/sweep/covariance-scope and results/eval/*-scope.
 # --quick: reduced evaluation (the CI test): SmolLM2's TNI on 512 tokens, no SmolLM2 sweep (its README section
@@ -35,7 +36,7 @@ export QUICK=$quick
 keep=""  # README sections left as they are (splice_readme.py)
 gguf=data/models/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ "$quick" = 1 ]; then
-  keep="sweep-smollm2"
+  keep="sweep-smollm2 tni-gemma3 sweep-gemma3 eval-gemma3 tasks-smollm2 tasks-gemma3"
   if [ -f "$gguf" ]; then OSCAR_MAIN_TOKENS=512 bash experiments/main.sh
   else keep="$keep tni eval-smollm2"; echo "regenerate: $gguf absent (bash data/fetch_smollm2.sh fetches it): quick mode keeps README's SmolLM2 sections"; fi
 else
@@ -43,7 +44,15 @@ else
 fi
 [ -x "$build/apps/oscar-sweep" ] || { echo "regenerate: build first (bash .ci/setup $build)" >&2; exit 1; }
 experiments/run_sweeps.sh "$build" "$res/sweep"
+if [ "$quick" = 0 ]; then  # Gemma 3 270M's token norms and sinks, from the sweep's Revelation dump
+  mkdir -p "$res/tni-gemma3"
+  "$build/apps/oscar-analyze" "$res/dumps/gemma3-revelation.h5" --csv "$res/tni-gemma3/tni.csv" --json "$res/tni-gemma3/tni.json" \
+    --plots "$res/tni-gemma3" --quiet > "$res/tni-gemma3/table.txt"
+fi
 QUICK=$quick experiments/run_eval.sh "$build"
+tstart=$(date +%s)
+QUICK=$quick experiments/run_tasks.sh "$build"
+echo "tasks: $(( $(date +%s) - tstart )) s"
 # Ablation (issue 14): covariance rotations per layer (oscar-cov) against per KV head (oscar-cov-head), at 2 and 4 bits on
 # SmolLM2 and kjv-llama-hd128: the sweep (experiments/ablations/covariance-scope.yaml) into $res/sweep/covariance-scope,
 # oscar-eval (CPU, held-out Revelation, rotations calibrated on Genesis) into $res/eval/{smollm2,kjv-hd128}-scope; README's

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# run_eval.sh [BUILD_DIR]: oscar-eval at 2 bits on SmolLM2-135M-Instruct (the real model, GGUF from
-# data/fetch_smollm2.sh; skipped with a note where it is absent) and on both bundled models: held-out
+# run_eval.sh [BUILD_DIR]: oscar-eval at 2 bits on SmolLM2-135M-Instruct and Gemma 3 270M (the real models, GGUFs from
+# data/fetch_smollm2.sh and data/fetch_gemma3.sh; skipped with a note where absent; Gemma not in quick mode) and on both
+# bundled models: held-out
 # Revelation, oscar-cov calibrated on Genesis, the recall test and greedy generation; into
 # ${OSCAR_RESULTS:-results}/eval/. QUICK=1 runs a reduced version (shorter passages, two recall distances)
 # for the CI test. SmolLM2 and kjv-llama-hd128 are evaluated on 2048 tokens: long enough that oscar-cov's BF16 sink
@@ -34,5 +35,14 @@ if [ -f "$gguf" ]; then
   echo "eval: $out/smollm2/eval.md"
 else
   echo "eval: $gguf absent (bash data/fetch_smollm2.sh fetches it): no SmolLM2 evaluation"
+fi
+# Gemma 3 270M (not in quick mode): the same evaluation; its 15 sliding-window layers keep their 512 tokens unquantized.
+g3=data/models/gemma-3-270m-q4_k_m.gguf
+if [ "${QUICK:-0}" != 1 ] && [ -f "$g3" ]; then
+  "$build/apps/oscar-eval" --quiet --model $g3 --text $text --offset -404 --calib-offset 0 --recipes $recipes --bits 2 \
+    "${sm[@]}" --prompt "The capital of France is" --out "$out/gemma3" >/dev/null
+  echo "eval: $out/gemma3/eval.md"
+elif [ "${QUICK:-0}" != 1 ]; then
+  echo "eval: $g3 absent (bash data/fetch_gemma3.sh fetches it): no Gemma 3 evaluation"
 fi
 echo "eval: $out/kjv-hd128/eval.md, $out/stories260k/eval.md"

@@ -10,15 +10,18 @@ import os, re, sys
 
 readme, stamp = sys.argv[1], sys.argv[2]
 res = sys.argv[3] if len(sys.argv) > 3 else "results"
-def tni():
-    t = open(f"{res}/tni/table.txt").read()
+def tni(folder="tni", cmd="bash experiments/main.sh", plots=True):
+    t = open(f"{res}/{folder}/table.txt").read()
     # "Token Norm Imbalance: PATH (MODEL; 30 layers, ..., 2048 tokens, float16)": the model and passage
     what = re.search(r"^Token Norm Imbalance: \S+ \((.*)\)$", t, re.M).group(1)
     loss = re.search(r"^passage mean next-token loss: (.*)$", t, re.M)
     summary = t[t.index("TNI summary"):].strip()
-    return (f"`bash experiments/main.sh` ({stamp}); Revelation (held out), {what}"
+    return (f"`{cmd}` ({stamp}); Revelation (held out), {what}"
             f"{'; mean next-token loss ' + loss.group(1) if loss else ''}:\n\n```\n{summary}\n```\n\n"
-            f"![Attention sink per layer]({res}/tni/sinks.png)\n\n![Token norms]({res}/tni/token_norms.png)")
+            f"![Attention sink per layer]({res}/{folder}/sinks.png)\n\n![Token norms]({res}/{folder}/token_norms.png)")
+def tasks(name):
+    md = open(f"{res}/tasks/{name}/tasks.md").read().strip()
+    return f"`experiments/run_tasks.sh` ({stamp}):\n\n{md}"
 def sweep(name):
     md = open(f"{res}/sweep/{name}/summary.md").read()
     md = "\n".join(l for l in md.splitlines() if not l.startswith("<!--")).strip()
@@ -38,7 +41,10 @@ def eval_gpu():
 blocks = {"eval-kjv-hd128": lambda: evaluation("kjv-hd128", "experiments/run_eval.sh"),
           "eval-stories260k": lambda: evaluation("stories260k", "experiments/run_eval.sh"),
           "tni": tni, "sweep-kjv-hd128": lambda: sweep("kjv-hd128"), "sweep-stories260k": lambda: sweep("stories260k"),
-          "sweep-smollm2": lambda: sweep("smollm2"), "eval-smollm2": lambda: evaluation("smollm2", "experiments/run_eval.sh")}
+          "sweep-smollm2": lambda: sweep("smollm2"), "eval-smollm2": lambda: evaluation("smollm2", "experiments/run_eval.sh"),
+          "tni-gemma3": lambda: tni("tni-gemma3", "oscar-analyze results/dumps/gemma3-revelation.h5 (regenerate.sh)"),
+          "sweep-gemma3": lambda: sweep("gemma3"), "eval-gemma3": lambda: evaluation("gemma3", "experiments/run_eval.sh"),
+          "tasks-smollm2": lambda: tasks("smollm2"), "tasks-gemma3": lambda: tasks("gemma3")}
 for name in os.environ.get("OSCAR_KEEP_SECTIONS", "").split():
     blocks.pop(name, None)
 if gpu_stamp:

@@ -148,4 +148,11 @@ TEST_CASE("long-context task lengths stay within the model's context", "[long_ta
   s.context = 1024;
   s.model = "m.gguf";
   CHECK_THROWS_WITH(generate_long_tasks(s, count), Catch::Contains("m.gguf: a task of 2048 tokens is longer than the model's context of 1024"));
+  // A length equal to the context leaves room for the answer: prompt + answer tokens fit the context.
+  s.lengths = {1024};
+  for (const TaskSample& t : generate_long_tasks(s, count)) {
+    INFO(t.task);
+    CHECK(t.prompt_tokens + answer_tokens(t.task) <= 1024);
+    CHECK(t.prompt_tokens > 1024 - answer_tokens(t.task) - 2 * unit_tokens());
+  }
 }

@@ -203,17 +203,19 @@ std::vector<TaskSample> generate_long_tasks(const TaskSpec& spec, const TokenCou
         for (int s = 0; s < spec.samples; ++s) {
           std::mt19937_64 rng = stream(spec.seed, static_cast<int>(task), len, static_cast<int>(di), s);
           const Layout l = layout(task, spec.depths[di], rng);
+          // At the model's context the answer needs room too: the prompt fits the context less the answer's tokens.
+          const int fit = spec.context > 0 ? std::min(len, spec.context - answer_tokens(long_task_name(task))) : len;
           // the largest haystack that fits: exponential search up, then bisection
-          if (count_tokens(assemble(l, 0).text) > len)
+          if (count_tokens(assemble(l, 0).text) > fit)
             fail("a {} prompt does not fit in {} tokens even without a haystack; use a longer length", long_task_name(task), len);
           int lo = 0, hi = 16;
-          while (count_tokens(assemble(l, hi).text) <= len) {
+          while (count_tokens(assemble(l, hi).text) <= fit) {
             lo = hi;
             hi *= 2;
           }
           while (hi - lo > 1) {
             const int mid = lo + (hi - lo) / 2;
-            (count_tokens(assemble(l, mid).text) <= len ? lo : hi) = mid;
+            (count_tokens(assemble(l, mid).text) <= fit ? lo : hi) = mid;
           }
           const Built b = assemble(l, lo);
           TaskSample t;

@@ -6,7 +6,8 @@
 //   variable_tracking  a chain VAR A = 12345, VAR B = VAR A, ... spread through the noise; every name of the chain
 //                      is the answer.
 // Each sample's prompt is fitted to a target length in tokens of the model's tokenizer (the largest haystack that
-// fits, counted with `count_tokens`), with the needle after the haystack unit nearest `depth` of it. Deterministic for
+// fits, counted with `count_tokens`; at the model's context, less the answer's tokens), with the needle after the
+// haystack unit nearest `depth` of it. Deterministic for
 // a seed (std::mt19937_64, its own stream per task x length x depth x sample). Written as JSONL so that other tools
 // can run the same prompts; score_answer() is RULER's string_match_all (the share of the expected answers that
 // appear in the output, case-insensitively).
