@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   app.add_flag("--gpu", r.gpu, "quantized recipes attend through the CUDA decode kernels (oscar-cov and oscar-omni at 2 or 4 bits on the head_dims their kernels take; fp16 stays on the CPU)");
   app.add_option("--tasks", r.tasks,
                  "long-context task file (oscar-tasks' JSONL): accuracy per recipe and task with Wilson intervals into tasks.md, "
-                 "tasks.csv, tasks.jsonl instead of the passage's evaluation (--text, --calib-offset still choose the calibration)")
+                 "tasks.csv, answers.jsonl instead of the passage's evaluation (--text, --calib-offset still choose the calibration)")
       ->check(oscar::cli::not_a_folder());
   app.add_flag("--quiet", quiet, "no progress bar");
   return oscar::run_app("oscar-eval", app, argc, argv, [&] {

@@ -66,7 +66,7 @@ def build_args(argv):
     ap.add_argument("--prompt", help="greedy agreement: prompt text (tokenizer) or ids:1,2,3")
     ap.add_argument("--generate", type=int, default=0, help="tokens to generate greedily from --prompt")
     ap.add_argument("--tasks", metavar="JSONL", help="long-context task accuracy instead of the passage's evaluation: a task "
-                    "file of oscar-tasks (with the model's token ids) into tasks.md, tasks.csv, tasks.jsonl; oscar-cov "
+                    "file of oscar-tasks (with the model's token ids) into tasks.md, tasks.csv, answers.jsonl; oscar-cov "
                     "calibrates on --calib-ids or takes --rotations")
     ap.add_argument("--device", default="cuda", help="torch device (a CUDA device: the kernels run there)")
     ap.add_argument("--out", required=True, help="folder for eval.md, eval.csv, needle.csv, greedy.csv")

@@ -131,6 +131,29 @@ TEST_CASE("GGUF qwen3: q/k RMSNorm before RoPE, explicit head_dim", "[gguf][mode
   CHECK(g.storage().find("Q8_0") != std::string::npos);
 }
 
+TEST_CASE("GGUF gemma3: sandwich norms, GeGLU, scaled embeddings, local layers with their window and RoPE base", "[gguf][model]") {
+  check_architecture("gemma3");  // 24 tokens through a window of 8: the local layers' mask and cache trimming count
+  const GgufModel g = GgufModel::load(fixture("tiny_gemma3.gguf"));
+  const ModelConfig& c = g.config();
+  CHECK(c.architecture == "gemma3");
+  CHECK(c.qk_norm);
+  CHECK(c.rope_convention == "half-split");
+  CHECK(c.layer_windows == std::vector<int>{8, 8, 8, 8, 8, 0});
+  CHECK(c.rope_theta_of(0) == 10000.0);
+  CHECK(c.rope_theta_of(5) == 1e6);
+  CHECK(g.model().weights().layers[0].post_att_norm != nullptr);
+  // A local layer's cache keeps the positions a later query can see: 24 tokens one at a time leave at most 2 windows.
+  KvCache cache(c);
+  for (int t = 0; t < 24; ++t) {
+    const int tok = t % 64;
+    g.model().forward(std::span<const int>(&tok, 1), cache);
+  }
+  CHECK(cache.held_rows(5) == 24);
+  CHECK(cache.held_rows(0) <= 2 * 8);
+  CHECK(cache.first_position(0) + cache.held_rows(0) == 24);
+  CHECK(cache.first_position(0) <= 24 - 8);
+}
+
 TEST_CASE("linear(): stored-type row blocks equal the float32 product of the dequantized matrix", "[gguf][model]") {
   const GgufFile f = GgufFile::open(fixture("tiny_qwen3.gguf"));
   for (const char* name : {"token_embd.weight", "blk.0.attn_output.weight", "blk.1.ffn_down.weight"}) {

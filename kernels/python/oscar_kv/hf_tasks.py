@@ -171,7 +171,7 @@ def output_files(res, source):
     return {"tasks.md": markdown(res, source),
             "tasks.csv": _csv(rows, ["recipe", "task", "length", "n", "score", "accuracy", "ci_lo", "ci_hi",
                                      "reference_below_80"]),
-            "tasks.jsonl": jsonl}
+            "answers.jsonl": jsonl}
 
 
 def check_recipes(recipes, bits):

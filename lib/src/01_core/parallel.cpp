@@ -8,6 +8,7 @@
 #include <omp.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -37,8 +38,7 @@ class Pool {
   }
   ~Pool() {
     stop_.store(true);
-    signal_.fetch_add(1, std::memory_order_release);
-    signal_.notify_all();
+    wake();
     for (auto& t : workers_) t.join();
   }
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
@@ -52,8 +52,7 @@ class Pool {
     done_.store(0, std::memory_order_relaxed);
     gen_ = (gen_ + 1) & ((uint64_t{1} << kGenBits) - 1);
     state_.store(pack(gen_, static_cast<uint64_t>(n), 0), std::memory_order_release);
-    signal_.fetch_add(1, std::memory_order_release);
-    signal_.notify_all();
+    wake();
     const int omp_threads = omp_get_max_threads();  // per-thread setting: this thread's chunks stay single-threaded too
     omp_set_num_threads(1);
     claim_all();
@@ -68,6 +67,17 @@ class Pool {
   }
 
  private:
+  // A new signal for the workers: spinning ones see it at once, sleeping ones are notified. The signal changes under
+  // the mutex the sleepers wait with, so none can miss it between its check and its sleep (std::atomic::wait lost a
+  // wake-up here once: a test's exit hung joining a worker that slept through the pool's last signal).
+  void wake() {
+    {
+      std::lock_guard g(sleep_mutex_);
+      signal_.fetch_add(1, std::memory_order_release);
+    }
+    sleep_cv_.notify_all();
+  }
+
   // Claims and runs chunks of the current loop until none is left.
   void claim_all() {
     uint64_t s = state_.load(std::memory_order_acquire);
@@ -97,7 +107,8 @@ class Pool {
         if (++spins < kSpinBeforeSleep) {
           _mm_pause();
         } else {
-          signal_.wait(seen, std::memory_order_acquire);
+          std::unique_lock lock(sleep_mutex_);
+          sleep_cv_.wait(lock, [&] { return signal_.load(std::memory_order_acquire) != seen; });
           spins = 0;
         }
       }
@@ -108,7 +119,8 @@ class Pool {
   }
 
   std::vector<std::thread> workers_;
-  std::mutex busy_, error_mutex_;
+  std::mutex busy_, error_mutex_, sleep_mutex_;
+  std::condition_variable sleep_cv_;
   std::atomic<uint64_t> state_{0};
   std::atomic<uint32_t> signal_{0};
   std::atomic<int64_t> done_{0};

@@ -135,7 +135,7 @@ EvalResult run_eval(const EvalRequest& req) {
   if (req.recipes.empty()) fail("--recipes names no recipe; give at least one preset or recipe file, e.g. --recipes fp16,kivi");
   if (!req.out.empty()) {
     check_output_folder(req.out);
-    check_not_input(req.out, {"eval.csv", "eval.md", "eval.json", "recall.csv", "recall.png", "tasks.md", "tasks.csv", "tasks.jsonl"},
+    check_not_input(req.out, {"eval.csv", "eval.md", "eval.json", "recall.csv", "recall.png", "tasks.md", "tasks.csv", "answers.jsonl"},
                     {req.model, req.tokenizer, req.text, req.calib_text, req.calib_dump, req.tasks});
   }
   const std::vector<TaskSample> task_samples = req.tasks.empty() ? std::vector<TaskSample>{} : read_tasks_jsonl(req.tasks);

@@ -231,7 +231,7 @@ void write_eval_outputs(const EvalRequest& req, const EvalResult& r, const std::
   if (r.tasks) {
     set.add(dir / "tasks.md").write(tasks_markdown(*r.tasks, r.model_name));
     set.add(dir / "tasks.csv").write(tasks_csv(*r.tasks));
-    set.add(dir / "tasks.jsonl").write(tasks_outcomes_jsonl(*r.tasks));
+    set.add(dir / "answers.jsonl").write(tasks_outcomes_jsonl(*r.tasks));
     set.commit();
     return;
   }

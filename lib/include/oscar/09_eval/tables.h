@@ -20,7 +20,7 @@ std::string eval_json(const EvalRequest& req, const EvalResult& r);
 // ancestor is a writable folder). Creates nothing.
 void check_output_folder(const std::string& dir);
 // OUT/eval.csv, eval.md, eval.json, recall.csv, recall.png (when a recall test ran); with --tasks OUT/tasks.md,
-// tasks.csv (the cells) and tasks.jsonl (every sample's answer and score) instead; all or nothing.
+// tasks.csv (the cells) and answers.jsonl (every sample's answer and score) instead; all or nothing.
 void write_eval_outputs(const EvalRequest& req, const EvalResult& r, const std::string& out_dir);
 
 }  // namespace oscar

@@ -63,7 +63,7 @@ struct TaskResults {
 TaskResults run_tasks(const LoadedModel& lm, const std::string& file, const std::vector<TaskSample>& samples,
                       const std::vector<TaskCache>& caches, Progress& bar);
 
-// Markdown: the pooled table (recipe x length) and one table per task; CSV of the cells; JSONL of every outcome.
+// Markdown: the pooled table (recipe x length) and one table per task; CSV of the cells; JSONL of every answer (answers.jsonl).
 std::string tasks_markdown(const TaskResults& r, const std::string& model_name);
 std::string tasks_csv(const TaskResults& r);
 std::string tasks_outcomes_jsonl(const TaskResults& r);
