@@ -7,7 +7,7 @@ int main(int argc, char** argv) {
   oscar::cli::show_defaults(app);
   oscar::DumpRequest r;
   std::string tokens = "512";
-  app.add_option("--model", r.model, "llama2.c checkpoint (float32 .bin, or oscar-kv's float16 form), or a GGUF file (llama, qwen2, qwen3)")->required()->check(oscar::cli::not_a_folder());
+  app.add_option("--model", r.model, "llama2.c checkpoint (float32 .bin, or oscar-kv's float16 form), or a GGUF file (llama, qwen2, qwen3, gemma3)")->required()->check(oscar::cli::not_a_folder());
   app.add_option("--tokenizer", r.tokenizer, "llama2.c tokenizer.bin (not with a GGUF file, which carries its tokenizer)")->check(oscar::cli::not_a_folder());
   app.add_option("--text", r.text, "text file, one line per verse/paragraph (plain or .gz)")->required()->check(oscar::cli::not_a_folder());
   app.add_option("--offset", r.offset, "first line of the passage (negative: counted from the end)")->default_val(0);

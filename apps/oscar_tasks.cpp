@@ -13,8 +13,8 @@ int main(int argc, char** argv) {
   std::vector<double> depths = {0.1, 0.5, 0.9};
   int samples = 5;
   uint64_t seed = 20261125;
-  app.add_option("--model", model, "a GGUF file (its tokenizer), or a llama2.c checkpoint with --tokenizer")->required()
-      ->check(CLI::ExistingFile);
+  app.add_option("--model", model, "a GGUF file (its tokenizer), or a llama2.c checkpoint with --tokenizer (split parts NAME.part00.. "
+                 "accepted)")->required()->check(oscar::cli::not_a_folder());
   app.add_option("--tokenizer", tokenizer, "the llama2.c checkpoint's tokenizer.bin (not for GGUF)")->check(CLI::ExistingFile);
   app.add_option("--out", out, "the JSONL file to write")->required();
   app.add_option("--tasks", tasks, "any of passkey niah_single niah_multikey variable_tracking");
