@@ -270,8 +270,17 @@ EvalResult run_eval(const EvalRequest& req) {
   PassageOrigin cal_origin;
   std::unique_ptr<DumpLayerSource> cal_dump;
   if (need_calib) {
-    PassageOrigin eval_origin = origin_of(p, lines, lm);
-    eval_origin.where = describe(req.text, eval_origin, fmt::format("--offset {}", req.offset));
+    // With --tasks the evaluated data are the task prompts (synthetic text), not the --offset passage: the calibration
+    // is checked against the model's identity only.
+    PassageOrigin eval_origin;
+    if (req.tasks.empty()) {
+      eval_origin = origin_of(p, lines, lm);
+      eval_origin.where = describe(req.text, eval_origin, fmt::format("--offset {}", req.offset));
+    } else {
+      eval_origin.checkpoint_sha256 = lm.sha256;
+      eval_origin.model_name = lm.name;
+      eval_origin.where = fmt::format("the tasks of {}", req.tasks);
+    }
     const DumpInfo I = model_info(lm);
     if (!req.calib_dump.empty()) {  // a dump of the same model on other data, by content
       cal_dump = std::make_unique<DumpLayerSource>(req.calib_dump);
