@@ -203,7 +203,9 @@ struct GpuKvCache::Device {
 
 GpuKvCache::GpuKvCache(const ModelConfig& c, const Recipe& recipe, const CovarianceRotations* calib, int capacity)
     : KvCache(c), recipe_(recipe), n_heads_(c.n_heads), n_kv_(c.n_kv_heads), head_dim_(c.head_dim()), capacity_(capacity),
-      scale_(static_cast<float>(c.scale())), on_device_(c.n_layers, 0), dev_(std::make_unique<Device>()) {
+      // as the CPU forward pass computes it (ops.cpp): 1/sqrt(head_dim) in float, or the architecture's own scale
+      scale_(c.attention_scale > 0 ? static_cast<float>(c.attention_scale) : 1.0f / std::sqrt(static_cast<float>(c.head_dim()))),
+      on_device_(c.n_layers, 0), dev_(std::make_unique<Device>()) {
   if (const std::string why = gpu_unsupported_reason(recipe, c); !why.empty())
     fail("recipe '{}' is not supported by the CUDA kernels ({}; {}); run it without --gpu", recipe.name, why, gpu_supported_text());
   if (recipe.calibrated() && !calib) fail("recipe {} needs calibration rotations (a calibration passage)", recipe.name);
