@@ -17,6 +17,8 @@
 #include "oscar/02_model/loaded_model.h"
 #include "oscar/03_dump/layer_source.h"
 #include "oscar/04_stats/sinks.h"
+#include "oscar/09_eval/long_tasks.h"
+#include "oscar/09_eval/task_eval.h"
 #include "kjv_passage.h"
 #include "test_data.h"
 
@@ -151,11 +153,40 @@ TEST_CASE("Gemma 3 GGUF: attention sinks of the global layers", "[gguf][model][r
     CHECK(std::abs(s.key_ratio_mean - f.key) < 0.01);
     CHECK(std::abs(s.value_ratio_mean - f.value) < 0.01);
   }
-  // A local layer: position 0 is out of every measured query's window, so its attention is undefined, not 0.
-  const LayerDump d = src.layer(12, {"q", "k", "v"});
-  const LayerSinks s = layer_sinks(12, d.q, d.k, d.v, src.attention(12));
-  CHECK(s.out_of_window());
-  CHECK(std::isnan(s.attention_mean));
-  CHECK(s.window == 512);
-  CHECK((s.value_ratio_mean > 0.09 && s.value_ratio_mean < 0.19));  // README: layers 12-16 at 0.09-0.19
+  // The local layers 12-16: position 0 is out of every measured query's window, so their attention is undefined, not
+  // 0; README: position 0's value norm is 0.09-0.19 of the median there.
+  for (int l = 12; l <= 16; ++l) {
+    INFO("layer " << l);
+    const LayerDump d = src.layer(l, {"q", "k", "v"});
+    const LayerSinks s = layer_sinks(l, d.q, d.k, d.v, src.attention(l));
+    CHECK(s.out_of_window());
+    CHECK(std::isnan(s.attention_mean));
+    CHECK(s.window == 512);
+    CHECK((s.value_ratio_mean > 0.09 - 0.005 && s.value_ratio_mean < 0.19 + 0.005));
+  }
+}
+
+TEST_CASE("Gemma 3 GGUF: passkeys at 1K in full precision", "[gguf][model][real]") {
+  if (!present()) return;
+  // The README's fact: KIVI's passkey prompt at 1K, greedy, full precision, 5 samples at each of the depths 0.1 / 0.5 /
+  // 0.9: 5 / 5 / 5. This project's generator (oscar-tasks) writes its own keys and haystacks in KIVI's layout, so the
+  // samples differ; the rate must agree: at least 13 of 15 (the README's 15 of 15 lies above its Wilson interval
+  // otherwise). It finds 15; with the needle inside the noise's line instead of a line of its own, 10.
+  TaskSpec spec;
+  spec.tasks = {LongTask::passkey};
+  spec.lengths = {1024};
+  spec.depths = {0.1, 0.5, 0.9};
+  spec.samples = 5;
+  spec.context = gemma3().config.seq_len;
+  const LoadedModel& lm = gemma3();
+  const auto samples = generate_long_tasks(spec, [&](std::string_view s) { return static_cast<int>(lm.encode(s).size()); });
+  REQUIRE(samples.size() == 15);
+  Progress bar("passkey", 15, false);
+  const TaskResults r = run_tasks(lm, "passkeys", samples,
+                                  {TaskCache{"full precision", false, {}, [&](size_t) { return std::make_unique<KvCache>(lm.config); }}},
+                                  bar);
+  const TaskCell& c = r.cell("full precision", "passkey", 1024);
+  std::printf("Gemma 3 270M: %g of 15 passkeys at 1K in full precision (README: 15 of 15 on its own prompts)\n", c.score);
+  CHECK(c.n == 15);
+  CHECK(c.score >= 13);
 }

@@ -23,7 +23,7 @@
 #   run MODEL OUT   joins the stream if all parts are there (sha256 of each GGUF checked), makes a transformers folder of
 #        the GGUF (experiments/hf/gguf_to_hf.py), writes the tasks with oscar-tasks (the model's own token ids) at
 #        $LENGTHS (default smollm2: 1024 2048 4096 8192, gemma3: 1024 .. 32768) x depths 0.1 0.5 0.9 x $SAMPLES
-#        samples (default 2), dumps 2048 Genesis tokens for oscar-cov's calibration, checks the transformers model
+#        samples (default 2; TASKS_FILE=FILE takes a task file written elsewhere instead), dumps 2048 Genesis tokens for oscar-cov's calibration, checks the transformers model
 #        against the GGUF facts (the full-precision loss of 2048 Revelation tokens from oscar-dump's ids), then runs
 #        hf_eval.py --tasks for $RECIPES (default bf16,oscar-omni,oscar-cov) at 2 bits into OUT/MODEL/.
 set -euo pipefail
@@ -85,13 +85,14 @@ run)
   export PATH="$stash/dev/bin:/usr/local/cuda/bin:$PATH" LD_LIBRARY_PATH="$stash/dev/lib:${LD_LIBRARY_PATH:-}"
   export PYTHONPATH="$stash/pylib${PYTHONPATH:+:$PYTHONPATH}" OSCAR_KERNELS_LIB="$stash/dev/lib/liboscar_kernels.so" OSCAR_BUILD=
   nvidia-smi -L || true
-  w=$stash/work-$model; rm -rf "$w"; mkdir -p "$w"; txt=$root/data/text/kjv.txt.gz
+  w=$stash/work-$model; mkdir -p "$w"; txt=$root/data/text/kjv.txt.gz  # a second run reuses the conversion and dumps
   t0=$(date +%s)
-  python3 "$root/experiments/hf/gguf_to_hf.py" "$g" "$w/hf" 2>&1 | grep -v -E 'Converting|Loading|Writing' || true
+  [ -f "$w/hf/config.json" ] || python3 "$root/experiments/hf/gguf_to_hf.py" "$g" "$w/hf" 2>&1 | grep -v -E 'Converting|Loading|Writing' || true
   [ -f "$w/hf/config.json" ] || die "gguf_to_hf failed"
-  oscar-tasks --model "$g" --lengths $lengths --samples "${SAMPLES:-2}" --out "$w/tasks.jsonl"
-  oscar-dump --quiet --model "$g" --text "$txt" --offset 0 --tokens 2048 --out "$w/gen.h5"
-  oscar-dump --quiet --model "$g" --text "$txt" --offset -404 --tokens 2048 --out "$w/rev.h5" | tee "$out/oscar-dump-rev.txt"
+  if [ -n "${TASKS_FILE:-}" ]; then cp "$TASKS_FILE" "$w/tasks.jsonl"  # written here by oscar-tasks for this model
+  else oscar-tasks --model "$g" --lengths $lengths --samples "${SAMPLES:-2}" --out "$w/tasks.jsonl"; fi
+  [ -f "$w/gen.h5" ] || oscar-dump --quiet --model "$g" --text "$txt" --offset 0 --tokens 2048 --out "$w/gen.h5"
+  [ -f "$w/rev.h5" ] || oscar-dump --quiet --model "$g" --text "$txt" --offset -404 --tokens 2048 --out "$w/rev.h5" | tee "$out/oscar-dump-rev.txt"
   echo "run: conversion, tasks and dumps in $(( $(date +%s) - t0 )) s"
   # The transformers model against the GGUF path: the full-precision loss on the same 2048 Revelation ids.
   python3 - "$w/hf" "$w/rev.h5" <<'PY' | tee "$out/hf-check.txt"

@@ -71,6 +71,7 @@ std::string var_name(std::mt19937_64& rng) {
 // A sample's parts: the haystack is `units(n)` (n units), the needles go after the units nearest their depths.
 struct Layout {
   std::string intro, question, answer_prefix;
+  bool needle_lines = false;  // each needle on a line of its own (KIVI's passkey prompt), else inside the haystack's text
   std::vector<std::string> answers;
   std::vector<std::pair<double, std::string>> needles;  // (depth, text), in order
   std::function<std::string(int i)> unit;               // haystack unit i
@@ -96,11 +97,20 @@ Built assemble(const Layout& l, int n) {
   };
   for (int i = 0; i <= n; ++i) {
     while (k < l.needles.size() && static_cast<int>(std::lround(l.needles[k].first * n)) <= i) {
+      if (l.needle_lines) {  // KIVI: task description, noise, the needle, noise, question: lines joined by '\n'
+        if (!first) b.text += '\n';
+        if (k == 0) b.needle_char = b.text.size();
+        b.text += l.needles[k++].second;
+        b.text += '\n';
+        first = true;
+        continue;
+      }
       if (k == 0) b.needle_char = b.text.size() + (first ? 0 : 1);
       put(l.needles[k++].second);
     }
     if (i < n) put(l.unit(i));
   }
+  if (l.needle_lines && first && b.text.back() == '\n') b.text.pop_back();  // a needle at the very end: one line break
   b.haystack_end = b.text.size();
   b.text += "\n";
   b.text += l.question;
@@ -119,6 +129,7 @@ Layout layout(LongTask task, double depth, std::mt19937_64& rng) {
       l.question = "What is the pass key?";
       l.answer_prefix = "The pass key is";
       l.answers = {key};
+      l.needle_lines = true;
       l.unit = [](int) { return std::string(kNoise); };
       break;
     }

@@ -1,6 +1,7 @@
 // long_tasks.h: long-context retrieval tasks generated in the project (no download), after RULER's rules
 // (NVIDIA/RULER) in this project's own code, wording and word lists, plus KIVI's passkey prompt:
-//   passkey            a 5-digit key in a haystack of one repeated noise sentence (KIVI's prompt and noise);
+//   passkey            a 5-digit key in a haystack of one repeated noise sentence (KIVI's prompt and noise; as in
+//                      KIVI, the needle is a line of its own between the noise before and after it);
 //   niah_single        one needle, a 7-digit value under a word-pair key, in the noise haystack;
 //   niah_multikey      the haystack is all needles: distractor word-pair keys with their own values, one asked for;
 //   variable_tracking  a chain VAR A = 12345, VAR B = VAR A, ... spread through the noise; every name of the chain
