@@ -1,6 +1,6 @@
 // gpu_test_ops_host.cpp: the GPU driver's body (main is in gpu_test_ops.cu): every kernel entry point
 // against its CPU twin, in the spirit of llama.cpp's test-backend-ops. A table of cases
-//   op ∈ {fwht, prefill, append, decode, long, real, api, rotated, logits} × format ∈ {cov, omni, bf16} × bits ∈ {2, 4} × shape
+//   op ∈ {fwht, prefill, append, decode, long, real, api, rotated, logits, paged} × format ∈ {cov, omni, bf16} × bits ∈ {2, 4} × shape
 // is built from the shape lists below (a new shape, head_dim or GQA group is one line there); each case runs
 // on the GPU, is compared with its twin (tests/twins/, proven equal to lib's reference by test_twins) and
 // prints one line; the run ends with "N passed, N failed, N skipped". This file is compiled by the host
@@ -39,6 +39,11 @@
 //   logits: the *_decode_ex entry points with Gemma 2's soft-capping, gpt-oss's per-head sink logits, and both, against
 //     float64 attention with the same modifiers (attn_twin::Logits) over the cache (which equals the twin first); same bound
 //     as decode. Each modifier must move the float64 output by more than 5x the bound, so a kernel ignoring it fails.
+//   paged: oscar-cov's paged layout (oscar_cov_paged_*: shuffled pages, window slots that are not the sequence index,
+//     page sizes 64 and 256), written as an engine does (the prompts in two chunks, then single-token steps), without
+//     and with a per-head matrix rotation, against the contiguous cache holding the same tokens: every live code,
+//     (scale, zero) and window row bit for bit, the decode output bit for bit (the same plan), and within the decode
+//     bound of float64 attention over the twin.
 //   api: the C API rejects bad shapes, pointers, lengths and workspaces with the right status (and names
 //     the argument), and the allocators reject bad shapes.
 #include <cuda_runtime.h>
@@ -59,6 +64,7 @@
 #include <vector>
 
 #include "oscar/cov_format.h"
+#include "oscar/cov_paged_format.h"
 #include "oscar/float_formats.h"
 #include "oscar/omni_format.h"
 #include "oscar_kv.h"
@@ -80,10 +86,10 @@ constexpr double kDecodeBound = 1e-2, kLongBound = 5e-3, kRealBound = 1e-2;
 // ---------------------------------------------------------------------------------------------------------
 // The case table.
 
-enum class Op { Fwht, Prefill, Append, Decode, Long, Real, Api, Rotated, Logits };
+enum class Op { Fwht, Prefill, Append, Decode, Long, Real, Api, Rotated, Logits, Paged };
 enum class Fmt { None, Cov, Omni, Bf16 };
 const char* op_name(Op o) {
-  static const char* n[] = {"fwht", "prefill", "append", "decode", "long", "real", "api", "rotated", "logits"};
+  static const char* n[] = {"fwht", "prefill", "append", "decode", "long", "real", "api", "rotated", "logits", "paged"};
   return n[int(o)];
 }
 const char* fmt_name(Fmt f) {
@@ -218,6 +224,12 @@ std::vector<Case> build_table() {
     for (int bits : {2, 4})
       for (const Shape& s : decode)
         if (s.name == "peaky-g4" || s.name == "stress-g3-hd64-appended" || s.name == "peaky-g2-hd256") t.push_back({Op::Logits, f, bits, s});
+  // paged (oscar-cov's serving layout): head_dim 64 / 128 / 256, GQA, empty and long sequences, appends past the window
+  for (int bits : {2, 4})
+    for (const Shape& s : decode)
+      if (s.name == "stress-g4-appended" || s.name == "stress-g3-hd64-appended" || s.name == "stress-g2-hd256-appended" ||
+          s.name == "peaky-g4")
+        t.push_back({Op::Paged, Fmt::Cov, bits, s});
   for (const Shape& s : real)
     for (Fmt f : {Fmt::Cov, Fmt::Omni})
       for (int bits : {2, 4}) t.push_back({Op::Real, f, bits, s});
@@ -807,6 +819,185 @@ void op_rotated(Ctx& ctx, const Case& c) {
   ctx.info = "cache and un-rotated output bit-exact for all three rotations; " + ctx.info;
 }
 
+// paged: the paged cache written as an engine writes it against the contiguous cache of the same tokens.
+void op_paged(Ctx& ctx, const Case& c) {
+  namespace cp = oscar::covpaged;
+  const Shape& s = c.shape;
+  const int T = max_len(s), B = int(s.lens.size()), D = s.head_dim, H = s.hkv;
+  const int S = oscar::covfmt::kDefaultSink, W = oscar::covfmt::kDefaultRecent;
+  const double scale = 1.0 / std::sqrt(double(D));
+  const twins::Inputs in = twins::make_inputs(s.profile, B, s.hq, H, T, D, seed_of(c));
+  const int64_t CB = cp::code_bytes(D, c.bits);
+  std::string info;
+  for (int variant = 0; variant < 2; ++variant) {
+    const bool rotated = variant == 1;
+    const int P = rotated ? 256 : 64;
+    const rotate_twin::Rotation rt = rotate_twin::make(OSCAR_ROTATION_MATRIX, 1, H, D, seed_of(c) + 5);
+    DevBuf dk, dv, dl, dq, drk, drv;
+    if (!dk.upload(ctx, in.k.x, "k") || !dv.upload(ctx, in.v.x, "v") || !dq.upload(ctx, in.q, "q") || !dl.alloc(ctx, size_t(B) * 4, "lens") ||
+        !drk.upload(ctx, rt.key, "R_K") || !drv.upload(ctx, rt.value, "R_V"))
+      return;
+    const oscar_rotation rot{OSCAR_ROTATION_MATRIX, 1, drk.as<float>(), drv.as<float>()};
+    const oscar_rotation* rp = rotated ? &rot : nullptr;
+    // The contiguous cache.
+    DevCache<CovFmt> dc;
+    std::vector<int> cur;
+    if (!dc.create(ctx, B, H, D, c.bits, T) || !fill(ctx, dc, in, dk, dv, dl, s.lens, s.appends, cur, rp)) return;
+    // The paged cache: pages shuffled over a pool with spare pages, window slot of b = slots - 1 - b (never b).
+    const int per_seq = int((T + P - 1) / P), slots = B + 3;
+    const int64_t num_pages = int64_t(B) * per_seq + 5;
+    std::vector<int32_t> perm(static_cast<size_t>(num_pages));
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = int32_t(i);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(seed_of(c) + 11));
+    std::vector<int32_t> bt(static_cast<size_t>(B) * per_seq), wslot(static_cast<size_t>(B));
+    for (size_t i = 0; i < bt.size(); ++i) bt[i] = perm[i];
+    for (int b = 0; b < B; ++b) wslot[size_t(b)] = slots - 1 - b;
+    oscar_cov_paged pc{};
+    pc.num_kv_heads = H; pc.head_dim = D; pc.bits = c.bits; pc.sink = S; pc.recent = W; pc.page_tokens = P;
+    pc.num_pages = num_pages;
+    pc.page_stride = cp::page_bytes(P, H, D, c.bits) + 32;  // an engine may pad its pages
+    pc.num_window_slots = slots;
+    oscar_cov_paged_default_rule(&pc);
+    ++ctx.checks;
+    if (oscar_cov_paged_page_bytes(P, H, D, c.bits) != cp::page_bytes(P, H, D, c.bits) ||
+        oscar_cov_paged_window_bytes(H, D, S, W) != cp::window_slot_bytes(H, D, S, W))
+      ctx.fail("oscar_cov_paged_page_bytes / _window_bytes disagree with cov_paged_format.h");
+    DevBuf dpages, dks, dvs, dkr, dvr, dbt, dws;
+    const size_t sink_bytes = size_t(slots) * H * S * D * 2, ring_bytes = size_t(slots) * H * W * D * 2;
+    if (!dpages.alloc(ctx, size_t(num_pages * pc.page_stride), "pages") || !dks.alloc(ctx, sink_bytes, "k_sink") ||
+        !dvs.alloc(ctx, sink_bytes, "v_sink") || !dkr.alloc(ctx, ring_bytes, "k_recent") || !dvr.alloc(ctx, ring_bytes, "v_recent") ||
+        !dbt.upload(ctx, bt, "block table") || !dws.upload(ctx, wslot, "window slots"))
+      return;
+    for (DevBuf* d : {&dpages, &dks, &dvs, &dkr, &dvr})
+      if (!ctx.cuda(cudaMemset(d->p, 0xAB, d->bytes), "poison")) return;
+    pc.pages = dpages.p; pc.k_sink = dks.p; pc.v_sink = dvs.p; pc.k_recent = dkr.p; pc.v_recent = dvr.p;
+    // One engine step: tokens [from[b], to[b]) of every sequence, token-major rows [tokens][H][D].
+    auto step = [&](const std::vector<int>& from, const std::vector<int>& to, const char* what) {
+      std::vector<int32_t> qsl(static_cast<size_t>(B) + 1, 0), lens(static_cast<size_t>(B));
+      std::vector<int64_t> slot_map;
+      std::vector<uint16_t> kr, vr;
+      for (int b = 0; b < B; ++b) {
+        lens[size_t(b)] = to[size_t(b)];
+        qsl[size_t(b) + 1] = qsl[size_t(b)] + (to[size_t(b)] - from[size_t(b)]);
+        for (int t = from[size_t(b)]; t < to[size_t(b)]; ++t) {
+          slot_map.push_back(int64_t(bt[size_t(b) * per_seq + t / P]) * P + t % P);
+          for (int h = 0; h < H; ++h) {
+            kr.insert(kr.end(), in.k.row(b, h, t), in.k.row(b, h, t) + D);
+            vr.insert(vr.end(), in.v.row(b, h, t), in.v.row(b, h, t) + D);
+          }
+        }
+      }
+      const int n = qsl[size_t(B)];
+      if (n == 0) return true;
+      DevBuf dkk, dvv, dsm, dqsl, dlen;
+      if (!dkk.upload(ctx, kr, "k rows") || !dvv.upload(ctx, vr, "v rows") || !dsm.upload(ctx, slot_map, "slot mapping") ||
+          !dqsl.upload(ctx, qsl, "qsl") || !dlen.upload(ctx, lens, "lens"))
+        return false;
+      const oscar_paged_batch pb{B, dlen.as<int32_t>(), dqsl.as<int32_t>(), dbt.as<int32_t>(), per_seq, dws.as<int32_t>()};
+      oscar_error err{};
+      return ctx.ok(oscar_cov_paged_write(&pc, rp, &pb, dkk.p, dvv.p, int64_t(H) * D, int64_t(H) * D, n, dsm.as<int64_t>(), nullptr, &err), err,
+                    what) &&
+             ctx.cuda(cudaDeviceSynchronize(), what);
+    };
+    std::vector<int> zero(static_cast<size_t>(B), 0), half(static_cast<size_t>(B)), now = s.lens;
+    for (int b = 0; b < B; ++b) half[size_t(b)] = s.lens[size_t(b)] / 2;
+    if (!step(zero, half, "write: first chunk") || !step(half, now, "write: second chunk")) return;
+    for (int a = 0; a < s.appends; ++a) {
+      std::vector<int> next = now;
+      for (int& L : next) ++L;
+      if (!step(now, next, "write: decode step")) return;
+      now = next;
+    }
+    // Every live element against the contiguous cache.
+    const oscar::covfmt::Layout lay = oscar::covfmt::layout(B, H, D, c.bits, T, S, W);
+    const auto kc = download<uint8_t>(ctx, dc.c.k_codes, size_t(lay.codes_bytes), "k codes");
+    const auto vc = download<uint8_t>(ctx, dc.c.v_codes, size_t(lay.codes_bytes), "v codes");
+    const auto kp = download<uint32_t>(ctx, dc.c.k_params, size_t(lay.params_bytes / 4), "k params");
+    const auto vp = download<uint32_t>(ctx, dc.c.v_params, size_t(lay.params_bytes / 4), "v params");
+    const auto ksk = download<uint16_t>(ctx, dc.c.k_sink, size_t(lay.sink_bytes / 2), "k sink");
+    const auto vsk = download<uint16_t>(ctx, dc.c.v_sink, size_t(lay.sink_bytes / 2), "v sink");
+    const auto krc = download<uint16_t>(ctx, dc.c.k_recent, size_t(lay.recent_bytes / 2), "k recent");
+    const auto vrc = download<uint16_t>(ctx, dc.c.v_recent, size_t(lay.recent_bytes / 2), "v recent");
+    const auto pages = download<uint8_t>(ctx, dpages.p, dpages.bytes, "pages");
+    const auto pks = download<uint16_t>(ctx, dks.p, sink_bytes / 2, "paged k sink");
+    const auto pvs = download<uint16_t>(ctx, dvs.p, sink_bytes / 2, "paged v sink");
+    const auto pkr = download<uint16_t>(ctx, dkr.p, ring_bytes / 2, "paged k recent");
+    const auto pvr = download<uint16_t>(ctx, dvr.p, ring_bytes / 2, "paged v recent");
+    int64_t bad = 0, live = 0;
+    auto differ = [&](const void* a, const void* b, size_t n, const char* what, int sb, int h, int t) {
+      ++live;
+      if (std::memcmp(a, b, n) == 0) return;
+      if (bad++ < 8) ctx.fail("%s: b=%d h=%d token %d differs from the contiguous cache", what, sb, h, t);
+    };
+    for (int b = 0; b < B; ++b) {
+      const int L = now[size_t(b)];
+      const int64_t nb = oscar::covfmt::body_tokens(L, S, W);
+      for (int h = 0; h < H; ++h) {
+        const int64_t bh = int64_t(b) * H + h, wh = int64_t(wslot[size_t(b)]) * H + h;
+        for (int t = 0; t < L; ++t) {
+          if (t < S) {
+            differ(&pks[size_t((wh * S + t) * D)], &ksk[size_t((bh * S + t) * D)], size_t(D) * 2, "k sink", b, h, t);
+            differ(&pvs[size_t((wh * S + t) * D)], &vsk[size_t((bh * S + t) * D)], size_t(D) * 2, "v sink", b, h, t);
+          } else if (t < S + nb) {
+            const int64_t page = bt[size_t(b) * per_seq + t / P], off = t % P;
+            const uint8_t* reg = &pages[size_t(page * pc.page_stride + h * cp::region_bytes(P, D, c.bits))];
+            const int64_t bi = bh * lay.body_capacity + (t - S);
+            differ(reg + off * CB, &kc[size_t(bi * CB)], size_t(CB), "k codes", b, h, t);
+            differ(reg + cp::v_codes_offset(P, D, c.bits) + off * CB, &vc[size_t(bi * CB)], size_t(CB), "v codes", b, h, t);
+            differ(reg + cp::k_params_offset(P, D, c.bits) + off * 4, &kp[size_t(bi)], 4, "k params", b, h, t);
+            differ(reg + cp::v_params_offset(P, D, c.bits) + off * 4, &vp[size_t(bi)], 4, "v params", b, h, t);
+          } else {
+            const int64_t r = (t - S) % W;
+            differ(&pkr[size_t((wh * W + r) * D)], &krc[size_t((bh * W + r) * D)], size_t(D) * 2, "k recent", b, h, t);
+            differ(&pvr[size_t((wh * W + r) * D)], &vrc[size_t((bh * W + r) * D)], size_t(D) * 2, "v recent", b, h, t);
+          }
+        }
+      }
+    }
+    if (bad) return;
+    // Decode: the paged output against the contiguous one (the same plan: the same max_seq_len) bit for bit.
+    const int mx = std::max(1, *std::max_element(cur.begin(), cur.end()));
+    const size_t wsb = oscar_decode_workspace_bytes(B, s.hq, H, D, mx, 1);
+    DevBuf dwk, dout, dout2, dlen;
+    if (!dwk.alloc(ctx, wsb, "workspace") || !dout.alloc(ctx, size_t(B) * s.hq * D * 4, "out") ||
+        !dout2.alloc(ctx, size_t(B) * s.hq * D * 4, "out") || !dlen.upload(ctx, now, "lens"))
+      return;
+    oscar_error err{};
+    const oscar_paged_batch pb{B, dlen.as<int32_t>(), nullptr, dbt.as<int32_t>(), per_seq, dws.as<int32_t>()};
+    if (!ctx.cuda(cudaMemset(dout.p, 0xff, dout.bytes), "poison out") ||
+        !ctx.ok(oscar_cov_paged_decode(&pc, rp, &pb, dq.p, s.hq, mx, float(scale), dout.as<float>(), dwk.p, wsb, nullptr, &err), err,
+                "oscar_cov_paged_decode") ||
+        !ctx.ok(rotated ? CovFmt::decode_rot(dc.c, rp, dq.p, s.hq, dl.as<int32_t>(), mx, float(scale), dout2.as<float>(), dwk.p, wsb, &err)
+                        : CovFmt::decode(dc.c, dq.p, s.hq, dl.as<int32_t>(), mx, float(scale), dout2.as<float>(), dwk.p, wsb, &err),
+                err, "contiguous decode") ||
+        !ctx.cuda(cudaDeviceSynchronize(), "decode sync"))
+      return;
+    std::vector<float> got = download<float>(ctx, dout.p, size_t(B) * s.hq * D, "out");
+    const std::vector<float> want = download<float>(ctx, dout2.p, size_t(B) * s.hq * D, "out");
+    size_t nbad = 0, first = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (std::memcmp(&got[i], &want[i], 4) != 0 && nbad++ == 0) first = i;
+    ++ctx.checks;
+    if (nbad) {
+      ctx.fail("page %d%s: %zu decode output element(s) differ from the contiguous decode (first %zu: %.9g vs %.9g)", P,
+               rotated ? " rotated" : "", nbad, first, got[first], want[first]);
+      return;
+    }
+    // Unrotated: also within the decode bound of float64 attention over the twin (the rotated decode of the contiguous
+    // cache, which the paged one equals bit for bit, is checked against the twin by op rotated).
+    ctx.info.clear();
+    if (!rotated) {
+      const cov_twin::Cache tw = CovFmt::build(in.k, in.v, cur, c.bits, T);
+      const std::vector<double> ref = attn_twin::decode(in.q, cur, all_seqs(B), s.hq, H, D, scale,
+                                                        [&](int b, int h, int64_t L, auto& K, auto& V) { CovFmt::head(tw, b, h, L, K, V); });
+      check_outputs(ctx, got, ref, cur, all_seqs(B), s.hq, D, kDecodeBound, "");
+    }
+    info += (info.empty() ? "" : "; ") + std::string(rotated ? "page 256, rotated: " : "page 64: ") + std::to_string(live) +
+            " live rows and the decode bit-exact with the contiguous cache" + (ctx.info.empty() ? "" : ", " + ctx.info);
+  }
+  ctx.info = info;
+}
+
 // long: B copies of one sequence of L tokens on the device; sequences 0 and B-1 checked.
 struct LongInputs {
   int B = 0, L = 0;
@@ -1081,6 +1272,7 @@ void run_case(Ctx& ctx, const Case& c) {
     case Op::Real: omni ? op_real<OmniFmt>(ctx, c) : op_real<CovFmt>(ctx, c); break;
     case Op::Rotated: omni ? op_rotated<OmniFmt>(ctx, c) : op_rotated<CovFmt>(ctx, c); break;
     case Op::Logits: omni ? op_logits<OmniFmt>(ctx, c) : op_logits<CovFmt>(ctx, c); break;
+    case Op::Paged: op_paged(ctx, c); break;
     case Op::Api:
       if (c.fmt == Fmt::None) api_fwht(ctx);
       else if (c.fmt == Fmt::Bf16) api_bf16(ctx, c.shape);
@@ -1108,7 +1300,7 @@ void usage(const char* argv0) {
   std::printf(
       "usage: %s [-o OPS] [-f FORMATS] [-b BITS] [-s SHAPES] [--slow] [--list] [--long-batch N] [--long-len N]\n"
       "          [--real-dump FILE]\n"
-      "  -o OPS       comma list of fwht, prefill, append, decode, long, real, api, rotated, logits (default: all)\n"
+      "  -o OPS       comma list of fwht, prefill, append, decode, long, real, api, rotated, logits, paged (default: all)\n"
       "  -f FORMATS   comma list of cov, omni, bf16, - (fwht and its api case) (default: all)\n"
       "  -b BITS      comma list of 2, 4, 0 (cases without bits: bf16, fwht, api of fwht/bf16) (default: all)\n"
       "  -s SHAPES    only cases whose shape name contains one of these (comma list)\n"
@@ -1161,7 +1353,7 @@ int gpu_test_ops_main(int argc, char** argv) {
     return 2;
   }
   for (const std::string& o : ops)
-    if (!listed({"fwht", "prefill", "append", "decode", "long", "real", "api", "rotated", "logits"}, o)) {
+    if (!listed({"fwht", "prefill", "append", "decode", "long", "real", "api", "rotated", "logits", "paged"}, o)) {
       std::fprintf(stderr, "gpu_test_ops: unknown op %s (see --help)\n", o.c_str());
       return 2;
     }

@@ -13,9 +13,11 @@
 #   call 0: bash build-smollm2-0/smollm2_gpu.sh stash build-smollm2-0 && bash /tmp/smollm2/smollm2_gpu.sh real $OUT
 #   call k: bash /tmp/smollm2/smollm2_gpu.sh stash build-smollm2-k            (k = 1 .. N-2)
 #   last:   bash /tmp/smollm2/smollm2_gpu.sh stash build-smollm2-N-1 && bash /tmp/smollm2/smollm2_gpu.sh eval $OUT
-#           (or ... hf $OUT: the same weights through transformers + oscar_kv.hf against oscar-eval)
+#           (or ... hf $OUT: the same weights through transformers + oscar_kv.hf against oscar-eval;
+#            or ... vllm $OUT ROTATIONS TASKS: vLLM serving the same weights through the oscar_kv plugin, beside its BF16
+#            cache, on an oscar-tasks file (vllm_carry.sh's stash must be on the machine: experiments/device/vllm_plugin_check.py))
 # Subcommands:
-#   split PREFIX DEV_TAR DUMP [FIRST PART]  xz the GGUF (MODEL, default data/models/SmolLM2-135M-Instruct.Q4_1.gguf);
+#   split PREFIX DEV_TAR DUMP [FIRST PART]  (DEV_TAR, DUMP: - for none) xz the GGUF (MODEL, default data/models/SmolLM2-135M-Instruct.Q4_1.gguf);
 #        PREFIX0 gets DEV_TAR, DUMP (xz), this script, a manifest and the stream's first FIRST bytes (default
 #        5,000,000), PREFIX1.. the rest in PART-byte parts (default 21,400,000): each folder stays under ~22 MB.
 #        The `gguf` Python package (transformers' GGUF loader needs it; the GPU machine lacks it) goes in PREFIX0
@@ -74,7 +76,8 @@ split)
   model=${MODEL:-$root/data/models/$gguf_name}
   [ -f "$model" ] || die "$model: no such file; fetch it with data/fetch_smollm2.sh or set MODEL"
   [ "$(sha "$model")" = "$(gguf_sha)" ] || die "$model: sha256 differs from data/fetch_smollm2.sh's; fetch it again"
-  [ -f "$devtar" ] && [ -f "$dump" ] || die "$devtar or $dump: no such file (pack.sh, make_smollm2_real_dump.sh make them)"
+  [ "$devtar" = - ] || [ -f "$devtar" ] || die "$devtar: no such file (pack.sh makes it; - for none)"
+  [ "$dump" = - ] || [ -f "$dump" ] || die "$dump: no such file (make_smollm2_real_dump.sh makes it; - for none)"
   tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
   xz -T2 -6 -c "$model" > "$tmp/g.xz"
   rm -rf "${prefix}"[0-9]*
@@ -85,8 +88,8 @@ split)
   for p in "$tmp"/part.*; do
     mkdir -p "${prefix}$n"; mv "$p" "${prefix}$n/gguf.xz.$(printf %02d "$n")"; n=$((n + 1))
   done
-  cp "$devtar" "${prefix}0/dev.tar.xz"
-  xz -6 -c "$dump" > "${prefix}0/smollm2_real.h5.xz"
+  [ "$devtar" = - ] || cp "$devtar" "${prefix}0/dev.tar.xz"
+  [ "$dump" = - ] || xz -6 -c "$dump" > "${prefix}0/smollm2_real.h5.xz"
   cp "$0" "${prefix}0/smollm2_gpu.sh"
   gdir=$(python3 -c 'import gguf, os; print(os.path.dirname(gguf.__file__))' 2>/dev/null || true)
   if [ -n "$gdir" ]; then  # the module and its dist-info (transformers reads the version from the metadata)
@@ -157,5 +160,17 @@ eval)
   echo "eval: oscar-omni rc=$orc"
   [ "$rc" = 0 ]
   ;;
-*) die "usage: smollm2_gpu.sh split|stash|real|hf|eval ... (see the header)" ;;
+vllm)
+  [ $# -ge 3 ] || die "usage: smollm2_gpu.sh vllm OUT ROTATIONS TASKS"
+  out=$1; rot=$(realpath "$2"); tasks=$(realpath "$3"); mkdir -p "$out"; device_env; join_gguf
+  [ -f "$rot" ] && [ -f "$tasks" ] || die "$rot or $tasks: no such file (oscar-rotate and oscar-tasks make them)"
+  export PYTHONPATH="$root/kernels/python:$stash/pylib${PYTHONPATH:+:$PYTHONPATH}" OSCAR_KERNELS_LIB=${OSCAR_KERNELS_LIB:-$stash/dev/lib/liboscar_kernels.so}
+  w=$stash/hfwork; mkdir -p "$w"
+  [ -f "$w/smollm2-hf/config.json" ] || python3 "$root/experiments/hf/gguf_to_hf.py" "$stash/$gguf_name" "$w/smollm2-hf" 2>&1 \
+    | grep -v -E 'Converting|Loading|Writing' || true
+  [ -f "$w/smollm2-hf/config.json" ] || die "gguf_to_hf failed"
+  OSCAR_KV_ROTATIONS="$rot" bash "$root/experiments/device/vllm_carry.sh" run "$root/experiments/device/vllm_plugin_check.py" \
+    "$out" "$w/smollm2-hf" "$tasks"
+  ;;
+*) die "usage: smollm2_gpu.sh split|stash|real|hf|eval|vllm ... (see the header)" ;;
 esac

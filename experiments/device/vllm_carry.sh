@@ -16,6 +16,7 @@
 #        and the server's static files; everything is tarred, cut into PART-byte parts (default 55,000,000) with a
 #        manifest of sha256 values.
 #   stash DIR    copies DIR's files to $STASH (default /tmp/vllm) and lists the parts there.
+#   run SCRIPT [ARGS...]  as smoke, then python3 SCRIPT ARGS with vLLM importable (e.g. experiments/device/vllm_plugin_check.py).
 #   smoke OUT    joins and checks the parts, unpacks every wheel into $STASH/site, and runs vllm.LLM (BF16, eager, then
 #        CUDA graphs) on a Llama-shaped model of dummy weights (load_format="dummy", a config.json written here, no
 #        tokenizer: prompts as token ids), greedy; OUT/smoke.json has what ran, the versions and the times. FlashInfer is
@@ -90,9 +91,8 @@ stash)
   mkdir -p "$stash"; cp "$1"/* "$stash"/
   echo "stash: $(ls "$stash"/carry.* 2>/dev/null | wc -l) of $(awk '$1 == "parts" {print $2}' "$stash/manifest" 2>/dev/null || echo '?') parts"
   ;;
-smoke)
-  [ $# -ge 1 ] || die "usage: vllm_carry.sh smoke OUT"
-  out=$1; mkdir -p "$out"
+smoke|run)
+  [ $# -ge 1 ] || die "usage: vllm_carry.sh smoke OUT | run SCRIPT [ARGS...]"
   [ -f "$stash/manifest" ] || die "$stash/manifest: missing; stash the first folder first"
   want=$(awk '$1 == "parts" {print $2}' "$stash/manifest"); have=$(ls "$stash"/carry.* | wc -l)
   [ "$have" = "$want" ] || die "$stash: $have of $want parts; stash the missing folders first"
@@ -103,11 +103,11 @@ smoke)
     mkdir -p "$stash/site"
     t0=$(date +%s)
     for whl in "$stash"/wheels/*.whl; do python3 -m zipfile -e "$whl" "$stash/site" >/dev/null; done
-    echo "smoke: $(ls "$stash"/wheels | wc -l) wheels unpacked into $stash/site in $(( $(date +%s) - t0 )) s ($(du -sh "$stash/site" | cut -f1))"
+    echo "vllm_carry: $(ls "$stash"/wheels | wc -l) wheels unpacked into $stash/site in $(( $(date +%s) - t0 )) s ($(du -sh "$stash/site" | cut -f1))"
   fi
   # FlashInfer is not carried: its sampler off (greedy decoding does not use it)
   export PYTHONPATH="$stash/site${PYTHONPATH:+:$PYTHONPATH}" VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0
-  python3 "$root/experiments/device/vllm_smoke.py" "$out"
+  if [ "$cmd" = smoke ]; then python3 "$root/experiments/device/vllm_smoke.py" "$1"; else python3 "$@"; fi
   ;;
-*) die "usage: vllm_carry.sh build|stash|smoke ... (see the header)" ;;
+*) die "usage: vllm_carry.sh build|stash|smoke|run ... (see the header)" ;;
 esac

@@ -195,6 +195,58 @@ oscar_status oscar_omni_decode_ex(const oscar_omni_cache* cache, const oscar_rot
                                   const void* q, int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
                                   float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
 
+/* ---- Paged oscar-cov, for serving engines (layout: oscar/cov_paged_format.h; design: kernels/SERVING_ENGINES.md).
+ * A pool of pages holds every token's codes, addressed by position through a block table (write-through); the BF16
+ * sink and recent windows live in per-sequence window slots outside the pages. Same row rule, codes and decode
+ * arithmetic as the contiguous oscar-cov cache: the same tokens give the same codes and the same decode bits. */
+typedef struct oscar_cov_paged {
+  int32_t num_kv_heads, head_dim, bits;       /* bits: 2 or 4; (head_dim, bits) as oscar_cov_shape_supported */
+  int32_t sink, recent;                       /* window sizes: sink a multiple of 64 (or 0), recent > 0 */
+  int32_t page_tokens;                        /* P: tokens per page, a positive multiple of 64 */
+  int64_t num_pages;                          /* pages in the pool */
+  int64_t page_stride;                        /* bytes from page i to page i + 1 (>= oscar_cov_paged_page_bytes; 16-byte multiple) */
+  int32_t num_window_slots;                   /* window slots in k_sink .. v_recent */
+  float clip_k, clip_v;                       /* as oscar_cov_cache */
+  int32_t clip_mode, rounding;                /* as oscar_cov_cache */
+  void* pages;                                /* uint8 [num_pages][page_stride] (16-byte aligned) */
+  void* k_sink; void* v_sink;                 /* bf16 [num_window_slots][Hkv][sink][head_dim] */
+  void* k_recent; void* v_recent;             /* bf16 [num_window_slots][Hkv][recent][head_dim] ring */
+} oscar_cov_paged;
+
+/* One engine step's sequences (device int32 arrays unless noted). */
+typedef struct oscar_paged_batch {
+  int32_t num_seqs;
+  const int32_t* seq_lens;         /* [num_seqs] tokens of each sequence once this step's tokens are written */
+  const int32_t* query_start_loc;  /* [num_seqs + 1] this step's tokens of sequence i are [qsl[i], qsl[i + 1]) (write) */
+  const int32_t* block_table;      /* [num_seqs][block_table_stride] page ids of positions [jP, (j + 1)P) */
+  int32_t block_table_stride;
+  const int32_t* window_slot;      /* [num_seqs] each sequence's window slot */
+} oscar_paged_batch;
+
+/* Bytes of one page (all KV heads) and of one window slot (all KV heads, sink + recent, K and V); 0 on bad shapes. */
+int64_t oscar_cov_paged_page_bytes(int32_t page_tokens, int32_t num_kv_heads, int32_t head_dim, int32_t bits);
+int64_t oscar_cov_paged_window_bytes(int32_t num_kv_heads, int32_t head_dim, int32_t sink, int32_t recent);
+/* oscar-cov's row rule (clip 0.96 / 0.92, quantile at 2 bits, ratio at 4, half away from zero) into cache's rule fields. */
+void oscar_cov_paged_default_rule(oscar_cov_paged* cache);
+
+/* Writes this step's tokens: k, v bf16 rows of num_kv_heads * head_dim values, token i at k + i * k_token_stride
+ * (elements; a multiple of 8), unrotated when `rotation` is given. Token i of sequence s (qsl[s] <= i < qsl[s + 1])
+ * has position seq_lens[s] - (qsl[s + 1] - qsl[s]) + (i - qsl[s]); its codes go to page slot_mapping[i] / P at offset
+ * slot_mapping[i] % P, and its BF16 rows to the sequence's window slot when it is in the sink or among the last `recent`
+ * tokens; a token whose slot_mapping is negative (an engine's padding) is not written at all. Tokens at or past
+ * qsl[num_seqs] must have negative slots (not checked on the device). */
+oscar_status oscar_cov_paged_write(const oscar_cov_paged* cache, const oscar_rotation* rotation, const oscar_paged_batch* batch,
+                                   const void* k, const void* v, int64_t k_token_stride, int64_t v_token_stride, int32_t num_tokens,
+                                   const int64_t* slot_mapping, void* stream, oscar_error* err);
+
+/* Decode attention, one query per sequence (q bf16 [num_seqs][Hq][head_dim], unrotated when `rotation` is given,
+ * else rotated by R_K), over seq_lens[s] tokens; out float32 [num_seqs][Hq][head_dim]. max_seq_len (host): an upper
+ * bound of seq_lens that sets the split plan (a graph-stable bound such as the engine's max model length keeps one
+ * plan for every step); workspace: oscar_decode_workspace_bytes(num_seqs, Hq, Hkv, head_dim, max_seq_len, 1). */
+oscar_status oscar_cov_paged_decode(const oscar_cov_paged* cache, const oscar_rotation* rotation, const oscar_paged_batch* batch,
+                                    const void* q, int32_t num_q_heads, int32_t max_seq_len, float softmax_scale, float* out,
+                                    void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
+
 #ifdef __cplusplus
 }
 #endif

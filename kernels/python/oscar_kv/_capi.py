@@ -53,6 +53,20 @@ class OmniCache(C.Structure):
                [(n, C.c_void_p) for n in ("k_res", "v_res", "k_codes", "v_codes", "k_params", "v_params", "k_norms", "arrivals")]
 
 
+class CovPaged(C.Structure):
+    """oscar_cov_paged (oscar_kv.h): the paged oscar-cov cache of one layer (layout oscar/cov_paged_format.h)."""
+    _fields_ = [("num_kv_heads", C.c_int32), ("head_dim", C.c_int32), ("bits", C.c_int32), ("sink", C.c_int32),
+                ("recent", C.c_int32), ("page_tokens", C.c_int32), ("num_pages", C.c_int64), ("page_stride", C.c_int64),
+                ("num_window_slots", C.c_int32), ("clip_k", C.c_float), ("clip_v", C.c_float), ("clip_mode", C.c_int32),
+                ("rounding", C.c_int32)] + [(n, C.c_void_p) for n in ("pages", "k_sink", "v_sink", "k_recent", "v_recent")]
+
+
+class PagedBatch(C.Structure):
+    """oscar_paged_batch (oscar_kv.h): one engine step's sequences (device int32 pointers)."""
+    _fields_ = [("num_seqs", C.c_int32), ("seq_lens", C.c_void_p), ("query_start_loc", C.c_void_p),
+                ("block_table", C.c_void_p), ("block_table_stride", C.c_int32), ("window_slot", C.c_void_p)]
+
+
 class OscarError(RuntimeError):
     """A C API call returned a status other than OSCAR_OK: .status (int), .status_name, .message (the library's)."""
 
@@ -86,6 +100,7 @@ def default_library_path():
 _vp, _i32, _i64, _f32, _size = C.c_void_p, C.c_int32, C.c_int64, C.c_float, C.c_size_t
 _err, _cov, _omni, _rot = C.POINTER(Error), C.POINTER(CovCache), C.POINTER(OmniCache), C.POINTER(Rotation)
 _logits = C.POINTER(DecodeLogits)
+_paged, _batch = C.POINTER(CovPaged), C.POINTER(PagedBatch)
 # name: (restype, argtypes); a status-returning function's last argument is its oscar_error*.
 _SIGNATURES = {
     "oscar_status_name": (C.c_char_p, [C.c_int]),
@@ -119,6 +134,11 @@ _SIGNATURES = {
     "oscar_omni_prefill": (C.c_int, [_omni, _vp, _vp, _vp, _i32, _vp, _err]),
     "oscar_omni_append": (C.c_int, [_omni, _vp, _vp, _vp, _i32, _vp, _err]),
     "oscar_omni_decode": (C.c_int, [_omni, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
+    "oscar_cov_paged_page_bytes": (_i64, [_i32, _i32, _i32, _i32]),
+    "oscar_cov_paged_window_bytes": (_i64, [_i32, _i32, _i32, _i32]),
+    "oscar_cov_paged_default_rule": (None, [_paged]),
+    "oscar_cov_paged_write": (C.c_int, [_paged, _rot, _batch, _vp, _vp, _i64, _i64, _i32, _vp, _vp, _err]),
+    "oscar_cov_paged_decode": (C.c_int, [_paged, _rot, _batch, _vp, _i32, _i32, _f32, _vp, _vp, _size, _vp, _err]),
 }
 
 

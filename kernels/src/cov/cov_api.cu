@@ -14,7 +14,8 @@
 namespace oscar::kernels {
 
 const CovKernels* cov_kernels(int head_dim, int bits) {
-#define OSCAR_COV_ENTRY(HD, BITS) {HD, BITS, &cov_prefill<HD, BITS>, &cov_append<HD, BITS>, &cov_decode<HD, BITS>},
+#define OSCAR_COV_ENTRY(HD, BITS) \
+  {HD, BITS, &cov_prefill<HD, BITS>, &cov_append<HD, BITS>, &cov_decode<HD, BITS>, &cov_paged_write<HD, BITS>},
   static constexpr CovKernels table[] = {OSCAR_KV_SHAPES(OSCAR_COV_ENTRY)};
 #undef OSCAR_COV_ENTRY
   for (const CovKernels& e : table)

@@ -19,6 +19,8 @@
 //    shared-memory ring with cp.async, kStages chunks ahead.
 //  * Grid: (splits + nwin) x (batch * kv_heads) x (query groups of 8); splits >= nsplit share the BF16
 //    windows, the others equal slices of the body (decode/split_plan.h).
+//  * Paged caches (oscar_cov_paged): the same kernel with the chunk addresses taken through the block table and the
+//    windows through the sequence's window slot (issue_body_chunk): the same arithmetic, hence the same bits.
 //  * Instruction levers (decode/levers.h, all on): one LOP3 per code pair, ex2.approx for the softmax, a score as
 //    one FMA (the accumulator starts at -qbias), masking only in a split's last chunk, lazy rescale (warp vote),
 //    and for query groups of at most 4 heads dense query packing (int_chunk_dense: no padded scores).
@@ -67,6 +69,23 @@ __device__ __forceinline__ void issue_chunk(uint8_t* stg, const uint8_t* __restr
     const int r = min(p, n - 1);
     cp_async4(stg + 2 * S::CH * S::CB + p * 4, kp + base + r);
     cp_async4(stg + 2 * S::CH * S::CB + S::CH * 4 + p * 4, vp + base + r);
+  }
+}
+
+// The copies of body chunk [base, base + n) of (sequence b, KV head h): from the contiguous arrays, or (PAGED) from
+// the page of position S + base (a chunk never crosses a page: S, P and base are multiples of the chunk).
+template <int HD, int BITS, bool PAGED>
+__device__ __forceinline__ void issue_body_chunk(uint8_t* stg, const CovView& c, int b, int h, int64_t bh, int64_t base, int n, int lane) {
+  using S = IntStage<HD, BITS>;
+  if constexpr (PAGED) {
+    const int pos = c.S + static_cast<int>(base);
+    const int64_t page = c.block_table[static_cast<int64_t>(b) * c.bt_stride + pos / c.P];
+    const int off = pos % c.P;
+    const uint8_t* reg = c.pages + page * c.page_stride + static_cast<int64_t>(h) * c.P * (2 * S::CB + 8);
+    const uint32_t* kp = reinterpret_cast<const uint32_t*>(reg + 2 * static_cast<int64_t>(c.P) * S::CB);
+    issue_chunk<HD, BITS>(stg, reg, reg + static_cast<int64_t>(c.P) * S::CB, kp, kp + c.P, off, n, lane);
+  } else {
+    issue_chunk<HD, BITS>(stg, c.kc + bh * c.cap * S::CB, c.vc + bh * c.cap * S::CB, c.kp + bh * c.cap, c.vp + bh * c.cap, base, n, lane);
   }
 }
 
@@ -336,7 +355,8 @@ constexpr size_t decode_smem_bytes() {
 
 // blockIdx.x = split (>= nsplit: the BF16 sink + recent windows), blockIdx.y = b * Hkv + h, blockIdx.z = query group.
 // DENSE: dense query packing (int_chunk_dense), for query groups of at most 4 heads.
-template <int HD, int BITS, bool DENSE>
+// PAGED: the body from the pages and the windows from the sequence's window slot (CovView's paged fields).
+template <int HD, int BITS, bool DENSE, bool PAGED>
 __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_kernel(CovView c, DecodeArgs a) {
   constexpr int MT = Tiles<HD>::MT;
   __shared__ __align__(16) uint16_t ps_all[kWarps][(DENSE ? 32 : 16) * 8];
@@ -360,10 +380,11 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_k
     load_q_bf16<HD>(qrow, qlive, t, qb);
     const int64_t ns = min64(L, c.S);
     const int64_t nbf = L - nb;  // sink + recent tokens
-    const uint16_t* ks = c.ks + bh * c.S * HD;
-    const uint16_t* vs = c.vs + bh * c.S * HD;
-    const uint16_t* kr = c.kr + bh * c.W * HD;
-    const uint16_t* vr = c.vr + bh * c.W * HD;
+    const int64_t wbh = PAGED ? static_cast<int64_t>(c.wslot[b]) * c.Hkv + h : bh;  // the windows' (slot, head)
+    const uint16_t* ks = c.ks + wbh * c.S * HD;
+    const uint16_t* vs = c.vs + wbh * c.S * HD;
+    const uint16_t* kr = c.kr + wbh * c.W * HD;
+    const uint16_t* vr = c.vr + wbh * c.W * HD;
     for (int64_t base = (split - a.nsplit) * (kWarps * 16) + warp * 16; base < nbf; base += a.nwin * (kWarps * 16)) {
       const int n = static_cast<int>(min64(16, nbf - base));
       if (base + n <= ns) {
@@ -407,17 +428,13 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_k
     __syncwarp();
   }
   using S = IntStage<HD, BITS>;
-  const uint8_t* kc = c.kc + bh * c.cap * S::CB;
-  const uint8_t* vc = c.vc + bh * c.cap * S::CB;
-  const uint32_t* kp = c.kp + bh * c.cap;
-  const uint32_t* vp = c.vp + bh * c.cap;
   uint8_t* wst = dyn_smem + warp * (kStages * S::BYTES);
   const int64_t start = split * a.split_len, end = min64(nb, start + a.split_len);
   constexpr int64_t step = kWarps * S::CH;
   int64_t nxt = start + warp * S::CH;  // next chunk to issue
 #pragma unroll
   for (int sidx = 0; sidx < kStages - 1; ++sidx) {
-    if (nxt < end) issue_chunk<HD, BITS>(wst + sidx * S::BYTES, kc, vc, kp, vp, nxt, static_cast<int>(min64(S::CH, end - nxt)), lane);
+    if (nxt < end) issue_body_chunk<HD, BITS, PAGED>(wst + sidx * S::BYTES, c, b, h, bh, nxt, static_cast<int>(min64(S::CH, end - nxt)), lane);
     cp_async_commit();
     nxt += step;
   }
@@ -425,7 +442,7 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_k
   for (int64_t base = start + warp * S::CH; base < end; base += step) {
     int is = stage + kStages - 1;
     if (is >= kStages) is -= kStages;
-    if (nxt < end) issue_chunk<HD, BITS>(wst + is * S::BYTES, kc, vc, kp, vp, nxt, static_cast<int>(min64(S::CH, end - nxt)), lane);
+    if (nxt < end) issue_body_chunk<HD, BITS, PAGED>(wst + is * S::BYTES, c, b, h, bh, nxt, static_cast<int>(min64(S::CH, end - nxt)), lane);
     cp_async_commit();
     nxt += step;
     cp_async_wait<kStages - 1>();
@@ -468,7 +485,8 @@ oscar_status cov_decode(const CovView& c, const DecodeArgs& a, cudaStream_t s, o
   const char* fn = "oscar_cov_decode";
   constexpr size_t smem = decode_smem_bytes<HD, BITS>();
   const bool dense = OSCAR_LEVER_DENSE && a.G <= 4;  // query groups of at most 4 heads: dense query packing
-  auto* kern = dense ? decode_kernel<HD, BITS, true> : decode_kernel<HD, BITS, false>;
+  auto* kern = c.pages ? (dense ? decode_kernel<HD, BITS, true, true> : decode_kernel<HD, BITS, false, true>)
+                       : (dense ? decode_kernel<HD, BITS, true, false> : decode_kernel<HD, BITS, false, false>);
   // set on every call (no global state; a cheap host-side attribute write)
   OSCAR_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), err, fn);
   const dim3 grid(a.np, static_cast<unsigned>(static_cast<int64_t>(c.B) * c.Hkv), a.QS / kQSlots);

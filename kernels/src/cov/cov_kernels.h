@@ -1,5 +1,5 @@
 // cov/cov_kernels.h: the oscar-cov kernels' host entry points, one per (head_dim, bits) of decode/shapes.h,
-// and the format's dispatch table (cov/cov_table.cu). CovView is the device view of an oscar_cov_cache
+// and the format's dispatch table (cov_kernels() in cov/cov_api.cu). CovView is the device view of an oscar_cov_cache
 // (layout oscar/cov_format.h) after the C API has checked it.
 #pragma once
 #include <cuda_runtime.h>
@@ -21,6 +21,24 @@ struct CovView {
   uint16_t *ks, *vs, *kr, *vr;
   uint8_t *kc, *vc;
   uint32_t *kp, *vp;
+  // Paged mode (oscar_cov_paged, layout oscar/cov_paged_format.h) when pages is set: body position S + i of sequence b
+  // in page block_table[b * bt_stride + (S + i) / P]; the window arrays indexed by window slot wslot[b], not by b.
+  uint8_t* pages = nullptr;
+  int64_t page_stride = 0;
+  int P = 0, bt_stride = 0;
+  const int32_t* block_table = nullptr;
+  const int32_t* wslot = nullptr;
+};
+
+// The paged writer's per-step arguments (oscar_cov_paged_write): token i of sequence s (qsl[s] <= i < qsl[s + 1]).
+struct PagedWriteArgs {
+  const uint16_t* k;
+  const uint16_t* v;
+  int64_t k_stride, v_stride;  // elements between tokens
+  int num_tokens, num_seqs;
+  const int32_t* lens;         // [num_seqs] lengths after the step
+  const int32_t* qsl;          // [num_seqs + 1]
+  const int64_t* slots;        // [num_tokens] page * P + offset, < 0: no codes written
 };
 
 // rot: in-kernel rotation of the unrotated k/v rows (kind 0: the rows are already rotated).
@@ -31,7 +49,9 @@ template <int HD, int BITS>
 oscar_status cov_append(const CovView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s,
                         oscar_error* err);
 template <int HD, int BITS>
-oscar_status cov_decode(const CovView& c, const DecodeArgs& a, cudaStream_t s, oscar_error* err);  // decode grid only (no merge)
+oscar_status cov_decode(const CovView& c, const DecodeArgs& a, cudaStream_t s, oscar_error* err);  // decode grid only (no merge); paged when c.pages
+template <int HD, int BITS>
+oscar_status cov_paged_write(const CovView& c, const RotArgs& rot, const PagedWriteArgs& w, cudaStream_t s, oscar_error* err);
 
 struct CovKernels {
   int head_dim, bits;
@@ -39,6 +59,7 @@ struct CovKernels {
                           oscar_error*);
   oscar_status (*append)(const CovView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*, cudaStream_t, oscar_error*);
   oscar_status (*decode)(const CovView&, const DecodeArgs&, cudaStream_t, oscar_error*);
+  oscar_status (*paged_write)(const CovView&, const RotArgs&, const PagedWriteArgs&, cudaStream_t, oscar_error*);
 };
 // The entry of (head_dim, bits), or nullptr when that shape is not compiled.
 const CovKernels* cov_kernels(int head_dim, int bits);

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""vllm_plugin_check.py OUT [MODEL_DIR [TASKS]]: vllm.LLM serving through the oscar_kv plugin (kv_cache_dtype oscar_cov_int2)
+beside vLLM's own BF16 cache, on the GPU machine. Each configuration runs in its own process (VLLM_ENABLE_V1_MULTIPROCESSING=0,
+the plugin registered in it) with a time limit:
+  bf16-eager, int2-eager, int2-graphs: the same prompts of mixed lengths (prompts longer than the 320-token windows, so
+    most of the cache is in 2-bit pages), greedy, 32 new tokens; KV capacity as vLLM reports it (blocks x block size);
+  int2-alone: each prompt alone (eager): the batch must give the same tokens as each request alone.
+MODEL_DIR: a transformers folder (config.json + weights); default: a Llama-shaped model of dummy weights (4 layers,
+16 query / 8 KV heads, head_dim 128) with random orthogonal rotations (OSCAR_KV_ROTATIONS=random); dummy weights give
+degenerate text, so only the real model's runs say anything about accuracy.
+TASKS: an oscar-tasks file (prompt_ids): the prompts are its samples (the whole prompt prefilled, the answer decoded from
+the cache, RULER's string_match_all against its answers), and a deliberately broken run (int2-broken: every request's
+BF16 windows in one shared slot) must lose accuracy, which shows the check can fail. Writes
+OUT/plugin.json and a log per configuration; prints one line each. Needs vllm importable (vllm_carry.sh sets PYTHONPATH)
+and the package oscar_kv with its kernel library (OSCAR_KERNELS_LIB)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632,
+    "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+    "vocab_size": 32000, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "torch_dtype": "bfloat16", "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
+}
+
+CHILD = r'''
+import json, sys, time
+folder, dtype, eager, alone, dummy, tasks, broken = sys.argv[1:8]
+eager, alone, dummy, broken = eager == "eager", alone == "alone", dummy == "dummy", broken == "broken"
+import oscar_kv.vllm
+oscar_kv.vllm.register()
+if broken:  # deliberately wrong: every request's windows in the one scratch slot
+    from oscar_kv.vllm import backend
+    build = backend.OscarCovMetadataBuilder.build
+    def shared_slot(self, *a, **k):
+        md = build(self, *a, **k)
+        md.window_slot.fill_(self.max_num_seqs)
+        md.window_slot_cpu = [self.max_num_seqs] * len(md.window_slot_cpu)
+        return md
+    backend.OscarCovMetadataBuilder.build = shared_slot
+from vllm import LLM, SamplingParams
+t0 = time.time()
+kw = dict(load_format="dummy", skip_tokenizer_init=True) if dummy else {}
+llm = LLM(model=folder, dtype="bfloat16", max_model_len=4096, gpu_memory_utilization=0.5, enforce_eager=eager, seed=0,
+          kv_cache_dtype=dtype, enable_prefix_caching=False, max_num_seqs=16, **kw)
+t_init = time.time() - t0
+cc = llm.llm_engine.vllm_config.cache_config
+if tasks != "-":
+    samples = [json.loads(l) for l in open(tasks) if l.strip()]
+    prompts = [{"prompt_token_ids": s["prompt_ids"]} for s in samples]
+    ntok = {"passkey": 8, "niah_single": 12, "niah_multikey": 12, "variable_tracking": 32}
+    sps = [SamplingParams(temperature=0.0, max_tokens=ntok[s["task"]], ignore_eos=True) for s in samples]
+else:
+    lens = [150, 700, 1500, 333, 2600, 40]
+    samples = []
+    prompts = [{"prompt_token_ids": [(7 * i + 13 * t) % 30000 + 100 for t in range(n)]} for i, n in enumerate(lens)]
+    sps = [SamplingParams(temperature=0.0, max_tokens=32, detokenize=False, ignore_eos=True)] * len(prompts)
+t0 = time.time()
+if alone:
+    outs = [llm.generate([p], sp)[0] for p, sp in zip(prompts, sps)]
+else:
+    outs = llm.generate(prompts, sps)
+t_gen = time.time() - t0
+ids = [list(o.outputs[0].token_ids) for o in outs]
+texts = [o.outputs[0].text or "" for o in outs]
+scores = []
+for s, t in zip(samples, texts):
+    scores.append(sum(a.lower() in t.lower() for a in s["answers"]) / len(s["answers"]))
+print("RESULT " + json.dumps({"init_s": t_init, "generate_s": t_gen, "ids": ids, "texts": texts, "scores": scores,
+                              "cells": [[s["task"], s["target_tokens"]] for s in samples],
+                              "num_gpu_blocks": cc.num_gpu_blocks, "block_size": cc.block_size}))
+'''
+
+
+def agreement(a, b):
+    """Share of positions where two greedy continuations agree, up to the first disagreement of each request."""
+    same = tot = prefix = 0
+    for x, y in zip(a, b):
+        k = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), len(x))
+        prefix += k
+        tot += len(x)
+        same += sum(p == q for p, q in zip(x, y))
+    return same / max(tot, 1), prefix / max(len(a), 1)
+
+
+def main():
+    out = sys.argv[1]
+    model = sys.argv[2] if len(sys.argv) > 2 else None
+    tasks = sys.argv[3] if len(sys.argv) > 3 else "-"
+    os.makedirs(out, exist_ok=True)
+    res = {"model": model or CONFIG, "runs": {}}
+    with tempfile.TemporaryDirectory() as d:
+        if model is None:
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump(CONFIG, f)
+        folder = model or d
+        runs = [("bf16-eager", "auto", "eager", "batch"), ("int2-eager", "oscar_cov_int2", "eager", "batch"),
+                ("int2-alone", "oscar_cov_int2", "eager", "alone"), ("int2-graphs", "oscar_cov_int2", "graphs", "batch")]
+        if tasks != "-":
+            runs.append(("int2-broken", "oscar_cov_int2", "eager", "batch"))
+        for name, dtype, mode, how in runs:
+            t0 = time.time()
+            env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+            env.setdefault("OSCAR_KV_ROTATIONS", "random")
+            try:
+                p = subprocess.run([sys.executable, "-c", CHILD, folder, dtype, mode, how, "dummy" if model is None else "real",
+                                    tasks, "broken" if name.endswith("broken") else "ok"],
+                                   capture_output=True, text=True, timeout=400, env=env)
+                rc, text = p.returncode, p.stdout + p.stderr
+            except subprocess.TimeoutExpired as e:
+                rc, text = "timeout", ((e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace"))
+            line = next((l for l in text.splitlines() if l.startswith("RESULT ")), None)
+            r = json.loads(line[7:]) if line else {}
+            r.update(rc=rc, wall_s=round(time.time() - t0, 1))
+            res["runs"][name] = r
+            with open(os.path.join(out, f"{name}.log"), "w") as f:
+                f.write(text)
+            msg = f"{name}: rc {rc}, {r['wall_s']} s"
+            if line:
+                msg += (f", init {r['init_s']:.1f} s, generate {r['generate_s']:.2f} s, KV capacity "
+                        f"{r['num_gpu_blocks'] * r['block_size']} tokens ({r['num_gpu_blocks']} blocks of {r['block_size']})")
+                base = res["runs"].get("bf16-eager", {}).get("ids")
+                if base and name != "bf16-eager":
+                    share, prefix = agreement(r["ids"], base)
+                    msg += f"; vs bf16: {share:.1%} of tokens agree, mean agreeing prefix {prefix:.1f}"
+                if r["scores"]:
+                    r["accuracy"] = sum(r["scores"]) / len(r["scores"])
+                    by = {}
+                    for (task, n), sc in zip(r["cells"], r["scores"]):
+                        by.setdefault(f"{task}@{n}", []).append(sc)
+                    r["by_cell"] = {k: f"{sum(v):g}/{len(v)}" for k, v in sorted(by.items())}
+                    msg += f"; tasks {sum(r['scores']):g}/{len(r['scores'])} {r['by_cell']}"
+                ref = res["runs"].get("int2-eager", {}).get("ids")
+                if ref and name in ("int2-alone", "int2-graphs"):
+                    r["same_as_int2_eager"] = r["ids"] == ref
+                    msg += f"; same ids as int2-eager: {r['ids'] == ref}"
+            else:
+                msg += "; log tail:\n" + text[-3000:]
+            print(msg, flush=True)
+    with open(os.path.join(out, "plugin.json"), "w") as f:
+        json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

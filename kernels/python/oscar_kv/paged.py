@@ -1,0 +1,131 @@
+"""paged.py: oscar-cov's paged serving layout in numbers, without vLLM or a GPU: the cache-dtype names a serving
+engine takes, what one page and one window slot cost, where a token's codes sit, and the checks that refuse what the
+kernels cannot serve. The formulas are those of kernels/include/oscar/cov_paged_format.h (the tests compare them
+with the C library's oscar_cov_paged_page_bytes / _window_bytes).
+
+A page holds `page_tokens` positions of one sequence for every KV head of a layer; head h's region is, in order,
+K codes [P][D*bits/8], V codes [P][D*bits/8], K (scale, zero) fp16x2 [P], V (scale, zero) fp16x2 [P]. The BF16 sink
+(64 tokens) and recent window (256) live outside the pages in per-sequence window slots.
+"""
+from dataclasses import dataclass
+
+# kv_cache_dtype name -> body bits
+CACHE_DTYPES = {"oscar_cov_int2": 2, "oscar_cov_int4": 4}
+SINK, RECENT = 64, 256
+PAGE_MULTIPLE = 64           # page_tokens must be a multiple of it (the INT2 decode chunk)
+DEFAULT_PAGE_TOKENS = 256    # the page (vLLM kernel block) the plugin asks for
+HEAD_DIMS = (64, 128, 256)   # compiled decode shapes (oscar_cov_shape_supported)
+SUPPORTED_VLLM = "0.26"      # the one vLLM minor the plugin patches
+
+
+class Unsupported(ValueError):
+    """A model, setting or engine the paged oscar-cov cache cannot serve; the message is one line naming the fix."""
+
+
+@dataclass(frozen=True)
+class PagedLayout:
+    """One layer's paged oscar-cov geometry."""
+    num_kv_heads: int
+    head_dim: int
+    bits: int
+    page_tokens: int = DEFAULT_PAGE_TOKENS
+    sink: int = SINK
+    recent: int = RECENT
+
+    def __post_init__(self):
+        if self.bits not in (2, 4):
+            raise Unsupported(f"bits={self.bits}: oscar-cov pages hold 2- or 4-bit codes")
+        if self.head_dim not in HEAD_DIMS:
+            raise Unsupported(f"head_dim={self.head_dim}: the oscar-cov kernels take head_dim {', '.join(map(str, HEAD_DIMS))}")
+        if self.num_kv_heads <= 0:
+            raise Unsupported(f"num_kv_heads={self.num_kv_heads} must be positive")
+        if self.page_tokens <= 0 or self.page_tokens % PAGE_MULTIPLE:
+            raise Unsupported(f"page_tokens={self.page_tokens}: pages hold a positive multiple of {PAGE_MULTIPLE} tokens "
+                              f"(set the engine's block size to {DEFAULT_PAGE_TOKENS})")
+
+    @property
+    def code_bytes(self):
+        """Packed code bytes of one token row (K or V) of one head."""
+        return self.head_dim * self.bits // 8
+
+    @property
+    def token_bytes(self):
+        """Bytes of one token of one KV head in a page: K and V codes plus two fp16 (scale, zero) pairs."""
+        return 2 * (self.code_bytes + 4)
+
+    @property
+    def region_bytes(self):
+        return self.page_tokens * self.token_bytes
+
+    @property
+    def page_bytes(self):
+        return self.num_kv_heads * self.region_bytes
+
+    def offsets(self):
+        """Byte offsets inside a head's region: K codes, V codes, K params, V params."""
+        P, CB = self.page_tokens, self.code_bytes
+        return 0, P * CB, 2 * P * CB, 2 * P * CB + 4 * P
+
+    @property
+    def window_slot_bytes(self):
+        """One sequence's BF16 sink and recent windows, K and V, all KV heads."""
+        return self.num_kv_heads * (self.sink + self.recent) * 4 * self.head_dim
+
+    def slot(self, page, offset):
+        """The engine's slot number of position `offset` of page `page` (slot_mapping's value)."""
+        if not 0 <= offset < self.page_tokens:
+            raise ValueError(f"offset {offset} outside a page of {self.page_tokens} tokens")
+        return page * self.page_tokens + offset
+
+    def page_of(self, slot):
+        """(page, offset) of a slot."""
+        return divmod(slot, self.page_tokens)
+
+    def code_address(self, slot, head, value=False):
+        """Byte offset in the page pool of the code row of token `slot`, KV head `head` (keys, or values)."""
+        page, off = self.page_of(slot)
+        base = page * self.page_bytes + head * self.region_bytes
+        return base + (self.offsets()[1] if value else 0) + off * self.code_bytes
+
+    def bytes_per_token(self):
+        """Pool bytes per cached token (all KV heads of one layer), windows not counted."""
+        return self.num_kv_heads * self.token_bytes
+
+    def bf16_ratio(self):
+        """How many times fewer pool bytes a token takes than in a BF16 page."""
+        return (4 * self.head_dim) / self.token_bytes
+
+
+def check_vllm_version(version):
+    """Refuses a vLLM other than 0.26.x: the plugin patches that version's cache-dtype literal and attention layer."""
+    parts = str(version).split(".")
+    if ".".join(parts[:2]) != SUPPORTED_VLLM:
+        raise Unsupported(f"vLLM {version}: the oscar_kv plugin supports vLLM {SUPPORTED_VLLM}.x only "
+                          f"(pip install vllm=={SUPPORTED_VLLM}.0)")
+
+
+def check_layer(head_dim, dtype_name, use_mla=False, sliding_window=False, alibi=False, softcap=None, kv_sharing=False):
+    """Refuses an attention layer the paged kernels cannot take; dtype_name: the model dtype's name ('bfloat16', ...)."""
+    if use_mla:
+        raise Unsupported("MLA attention: oscar_cov caches store per-head K and V; serve this model with another kv_cache_dtype")
+    if sliding_window:
+        raise Unsupported("sliding-window attention layers: the oscar_cov pages keep every token; serve this model with "
+                          "another kv_cache_dtype")
+    if alibi or softcap or kv_sharing:
+        what = "ALiBi" if alibi else "logit soft-capping" if softcap else "KV sharing across layers"
+        raise Unsupported(f"{what}: not supported by the oscar_cov vLLM backend; use another kv_cache_dtype")
+    if head_dim not in HEAD_DIMS:
+        raise Unsupported(f"head_dim {head_dim}: the oscar_cov kernels take head_dim {', '.join(map(str, HEAD_DIMS))}")
+    if dtype_name != "bfloat16":
+        raise Unsupported(f"model dtype {dtype_name}: the oscar_cov kernels take bfloat16 activations (pass dtype='bfloat16')")
+
+
+def check_engine(enable_prefix_caching, speculative, max_num_seqs):
+    """Refuses engine features the plugin does not serve yet."""
+    if enable_prefix_caching:
+        raise Unsupported("prefix caching: the oscar_cov BF16 sink cannot be rebuilt from shared pages; pass "
+                          "enable_prefix_caching=False (--no-enable-prefix-caching)")
+    if speculative:
+        raise Unsupported("speculative decoding: not supported by the oscar_cov vLLM backend; drop speculative_config")
+    if max_num_seqs <= 0:
+        raise Unsupported(f"max_num_seqs={max_num_seqs} must be positive")

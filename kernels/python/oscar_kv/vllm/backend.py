@@ -1,0 +1,340 @@
+"""backend.py: the oscar-cov paged attention backend for vLLM 0.26 (registered as its CUSTOM backend by plugin.py).
+
+One layer's cache is vLLM's page pool viewed as uint8 [pages][page bytes] (oscar_kv.paged's layout, a page = one vLLM
+kernel block of 256 tokens) plus this layer's BF16 window slots, allocated with the model (so vLLM's memory profile
+counts them): one slot per request state of the V2 model runner (max_num_seqs) and one scratch slot for padded rows.
+A step: every new token is quantized into its page and, if it is a sink or recent token, copied into its request's
+window slot (oscar_cov_paged_write); then decodes attend through oscar_cov_paged_decode (graph-capturable: a uniform
+decode batch replays as one CUDA graph), and prefills attend to their own tokens in BF16 (torch SDPA) and to what the
+cache holds before them (sink and recent window in BF16, the rest dequantized from the pages).
+Rotations (oscar-cov's R_K, R_V per layer or per KV head) come from OSCAR_KV_ROTATIONS: an oscar-rotate file, or
+"random[:SEED]" (random orthogonal matrices, for dummy weights)."""
+import ctypes as C
+import os
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from vllm.config import get_current_vllm_config
+from vllm.v1.attention.backend import (AttentionBackend, AttentionCGSupport, AttentionImpl, AttentionMetadata,
+                                       AttentionMetadataBuilder, AttentionType, CommonAttentionMetadata)
+from vllm.v1.attention.backends.utils import split_decodes_and_prefills
+from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+from .. import _capi, paged
+
+
+class _StepState:
+    """The request-state index of every request of the step being prepared (V2 model runner, plugin.py records it):
+    the requests' window slots. The plugin's one piece of process state, as vLLM's forward context is its own."""
+    idx_mapping = None      # device int32 [num_reqs]
+    idx_mapping_np = None   # host copy
+    bits = None             # the process's oscar_cov bits (every layer uses the engine's one kv_cache_dtype)
+
+
+STEP = _StepState()
+
+
+@dataclass(frozen=True, kw_only=True)
+class OscarCovSpec(FullAttentionSpec):
+    """A full-attention layer whose page holds oscar-cov codes: block_size * num_kv_heads * token_bytes."""
+    oscar_bits: int = 2
+
+    @property
+    def real_page_size_bytes(self) -> int:
+        return self.block_size * self.num_kv_heads * paged.PagedLayout(self.num_kv_heads, self.head_size, self.oscar_bits,
+                                                                         paged.PAGE_MULTIPLE).token_bytes
+
+    @classmethod
+    def merge(cls, specs):
+        return replace(super().merge(specs), oscar_bits=specs[0].oscar_bits)
+
+
+def _load_rotations(layer_index, num_kv_heads, head_dim):
+    """(R_K, R_V) float32 [n][D][D] of one layer from OSCAR_KV_ROTATIONS."""
+    src = os.environ.get("OSCAR_KV_ROTATIONS", "")
+    if not src:
+        raise paged.Unsupported("OSCAR_KV_ROTATIONS is not set: give the oscar-rotate file of this model (oscar-cov's "
+                                "rotations), or 'random' for a model of dummy weights")
+    if src.startswith("random"):
+        seed = int(src.split(":", 1)[1]) if ":" in src else 0
+        g = torch.Generator().manual_seed(seed * 100003 + layer_index)
+        mats = []
+        for _ in range(2):
+            q, r = torch.linalg.qr(torch.randn(num_kv_heads, head_dim, head_dim, generator=g, dtype=torch.float64))
+            mats.append((q * torch.sign(torch.diagonal(r, dim1=1, dim2=2)).unsqueeze(1)).float())
+        return mats[0], mats[1]
+    import h5py
+    try:
+        f = h5py.File(src, "r")
+    except OSError as e:
+        raise paged.Unsupported(f"{src}: cannot open the rotations file ({e}); make it with oscar-rotate") from None
+    with f:
+        a = f.attrs
+        if a.get("format") != "oscar-kernel-rotations":
+            raise paged.Unsupported(f"{src}: not an oscar-rotate file; make it with oscar-rotate")
+        if int(a["head_dim"]) != head_dim or layer_index >= int(a["n_layers"]):
+            raise paged.Unsupported(f"{src}: rotations for {int(a['n_layers'])} layers of head_dim {int(a['head_dim'])}, "
+                                    f"the model's layer {layer_index} has head_dim {head_dim}: a file of another model")
+        g = f[f"layer_{layer_index}"]
+        rk, rv = (torch.from_numpy(g[n][...]).float() for n in ("key_rotation", "value_rotation"))
+    if rk.dim() == 2:
+        rk, rv = rk.unsqueeze(0), rv.unsqueeze(0)
+    if rk.shape[0] not in (1, num_kv_heads):
+        raise paged.Unsupported(f"{src}: {rk.shape[0]} key rotations in layer {layer_index}, the model has {num_kv_heads} KV heads")
+    return rk, rv
+
+
+def spec_for_layer(layer, vllm_config):
+    """The layer's OscarCovSpec; loads its rotations into the impl (before any CUDA graph is captured)."""
+    bits = paged.CACHE_DTYPES[layer.kv_cache_dtype]
+    STEP.bits = bits
+    from vllm.model_executor.models.utils import extract_layer_index
+    layer.impl.bind_layer(extract_layer_index(layer.layer_name))
+    return OscarCovSpec(block_size=vllm_config.cache_config.block_size, num_kv_heads=layer.num_kv_heads,
+                        head_size=layer.head_size, head_size_v=layer.head_size_v, dtype=torch.uint8, oscar_bits=bits)
+
+
+class OscarCovBackend(AttentionBackend):
+    forward_includes_kv_cache_update: bool = True  # forward() writes the step's tokens (it needs the batch's metadata)
+    supported_dtypes: ClassVar[list] = [torch.bfloat16]
+    supported_kv_cache_dtypes: ClassVar[list] = list(paged.CACHE_DTYPES)
+
+    @staticmethod
+    def get_name() -> str:
+        return "CUSTOM"
+
+    @staticmethod
+    def get_impl_cls():
+        return OscarCovImpl
+
+    @staticmethod
+    def get_builder_cls():
+        return OscarCovMetadataBuilder
+
+    @staticmethod
+    def get_supported_kernel_block_sizes():
+        return [paged.DEFAULT_PAGE_TOKENS]
+
+    @classmethod
+    def get_preferred_block_size(cls, default_block_size: int) -> int:
+        return paged.DEFAULT_PAGE_TOKENS
+
+    @staticmethod
+    def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size, cache_dtype_str="auto"):
+        # vLLM passes "auto" for specs without a quant mode: the bits come from the layer's spec (STEP.bits)
+        bits = paged.CACHE_DTYPES.get(cache_dtype_str, STEP.bits or 2)
+        return (num_blocks, paged.PagedLayout(num_kv_heads, head_size, bits, block_size).page_bytes)
+
+    @classmethod
+    def get_supported_head_sizes(cls):
+        return list(paged.HEAD_DIMS)
+
+    @classmethod
+    def supports_kv_cache_dtype(cls, kv_cache_dtype):
+        return kv_cache_dtype in paged.CACHE_DTYPES
+
+    @classmethod
+    def supports_attn_type(cls, attn_type):
+        return attn_type == AttentionType.DECODER
+
+
+@dataclass
+class OscarCovMetadata(AttentionMetadata):
+    num_actual_tokens: int
+    num_reqs: int
+    num_decodes: int
+    num_decode_tokens: int
+    query_start_loc: torch.Tensor
+    query_start_loc_cpu: torch.Tensor
+    seq_lens: torch.Tensor
+    seq_lens_cpu: torch.Tensor | None
+    block_table: torch.Tensor
+    slot_mapping: torch.Tensor
+    window_slot: torch.Tensor      # device int32 [num_reqs]
+    window_slot_cpu: list
+
+
+class OscarCovMetadataBuilder(AttentionMetadataBuilder[OscarCovMetadata]):
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self._init_reorder_batch_threshold(1, supports_spec_as_decode=False)
+        self.max_num_seqs = vllm_config.scheduler_config.max_num_seqs
+        # persistent (CUDA graphs read it): the window slot of each batch row; padded rows get the scratch slot
+        self.window_slot = torch.full((self.max_num_seqs + 8,), self.max_num_seqs, dtype=torch.int32, device=device)
+
+    def build_for_cudagraph_capture(self, common_attn_metadata):
+        md = self.build(0, common_attn_metadata, capture=True)
+        md.seq_lens.fill_(1)
+        return md
+
+    def build(self, common_prefix_len, common_attn_metadata: CommonAttentionMetadata, fast_build=False, capture=False):
+        cam = common_attn_metadata
+        n = cam.num_reqs
+        nd, _, ndt, _ = split_decodes_and_prefills(cam, decode_threshold=self.reorder_batch_threshold)
+        self.window_slot[:n].fill_(self.max_num_seqs)
+        wcpu = [self.max_num_seqs] * n
+        if not capture:
+            if STEP.idx_mapping is None:
+                raise paged.Unsupported("oscar_cov needs vLLM's V2 model runner (it gives each request a stable window "
+                                        "slot): unset VLLM_USE_V2_MODEL_RUNNER or set it to 1")
+            k = min(n, STEP.idx_mapping.shape[0])
+            self.window_slot[:k].copy_(STEP.idx_mapping[:k], non_blocking=True)
+            wcpu[:k] = [int(x) for x in STEP.idx_mapping_np[:k]]
+        return OscarCovMetadata(num_actual_tokens=cam.num_actual_tokens, num_reqs=n, num_decodes=nd, num_decode_tokens=ndt,
+                                query_start_loc=cam.query_start_loc, query_start_loc_cpu=cam.query_start_loc_cpu,
+                                seq_lens=cam.seq_lens, seq_lens_cpu=cam.seq_lens_cpu_upper_bound,
+                                block_table=cam.block_table_tensor, slot_mapping=cam.slot_mapping,
+                                window_slot=self.window_slot[:n], window_slot_cpu=wcpu)
+
+
+def _ptr(t):
+    return C.c_void_p(t.data_ptr()) if t is not None else None
+
+
+class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
+    def __init__(self, num_heads, head_size, scale, num_kv_heads=None, alibi_slopes=None, sliding_window=None,
+                 kv_cache_dtype="auto", logits_soft_cap=None, attn_type=AttentionType.DECODER,
+                 kv_sharing_target_layer_name=None, **kwargs):
+        cfg = get_current_vllm_config()
+        paged.check_layer(head_size, str(cfg.model_config.dtype).replace("torch.", ""), sliding_window=sliding_window is not None,
+                          alibi=alibi_slopes is not None, softcap=logits_soft_cap, kv_sharing=kv_sharing_target_layer_name is not None)
+        self.num_heads, self.head_size, self.scale = num_heads, head_size, float(scale)
+        self.num_kv_heads = num_kv_heads or num_heads
+        self.bits = paged.CACHE_DTYPES[kv_cache_dtype]
+        self.max_model_len = cfg.model_config.max_model_len
+        self.max_num_seqs = cfg.scheduler_config.max_num_seqs
+        dev = torch.device("cuda", torch.cuda.current_device())
+        H, D, S, W = self.num_kv_heads, head_size, paged.SINK, paged.RECENT
+        slots = self.max_num_seqs + 1  # + the scratch slot of padded rows
+        self.k_sink = torch.zeros(slots, H, S, D, dtype=torch.bfloat16, device=dev)
+        self.v_sink = torch.zeros_like(self.k_sink)
+        self.k_recent = torch.zeros(slots, H, W, D, dtype=torch.bfloat16, device=dev)
+        self.v_recent = torch.zeros_like(self.k_recent)
+        self.lib = _capi.load()
+        ws = max(self.lib.decode_workspace_bytes(b, num_heads, H, D, self.max_model_len, 1) for b in range(1, self.max_num_seqs + 1))
+        self.workspace = torch.empty(ws, dtype=torch.uint8, device=dev)
+        self.out32 = torch.empty(self.max_num_seqs, num_heads, D, dtype=torch.float32, device=dev)
+        self.rot = None
+
+    def bind_layer(self, layer_index):
+        """Loads this layer's rotations (from plugin.py's spec hook, before KV allocation and graph capture)."""
+        if self.rot is not None:
+            return
+        rk, rv = _load_rotations(layer_index, self.num_kv_heads, self.head_size)
+        dev = self.k_sink.device
+        self.rk, self.rv = rk.to(dev).contiguous(), rv.to(dev).contiguous()
+        self.rot = _capi.Rotation(_capi.ROTATION_MATRIX, int(self.rk.shape[0] > 1), self.rk.data_ptr(), self.rv.data_ptr())
+
+    def _cache(self, kv_cache):
+        c = _capi.CovPaged()
+        c.num_kv_heads, c.head_dim, c.bits = self.num_kv_heads, self.head_size, self.bits
+        c.sink, c.recent, c.page_tokens = paged.SINK, paged.RECENT, self.page_tokens(kv_cache)
+        c.num_pages, c.page_stride = kv_cache.shape[0], kv_cache.stride(0)
+        c.num_window_slots = self.k_sink.shape[0]
+        self.lib.oscar_cov_paged_default_rule(C.byref(c))
+        c.pages, c.k_sink, c.v_sink = kv_cache.data_ptr(), self.k_sink.data_ptr(), self.v_sink.data_ptr()
+        c.k_recent, c.v_recent = self.k_recent.data_ptr(), self.v_recent.data_ptr()
+        return c
+
+    def page_tokens(self, kv_cache):
+        return kv_cache.shape[1] // (self.num_kv_heads * paged.PagedLayout(self.num_kv_heads, self.head_size, self.bits).token_bytes)
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None, output_block_scale=None):
+        if attn_metadata is None:  # profiling and dummy runs
+            return output.fill_(0)
+        if self.rot is None:
+            raise paged.Unsupported("oscar_cov: the layer's rotations were not loaded (plugin.py's spec hook did not run)")
+        md = attn_metadata
+        stream = C.c_void_p(torch.cuda.current_stream().cuda_stream)
+        cache = self._cache(kv_cache)
+        n = md.num_reqs
+        batch = _capi.PagedBatch(n, md.seq_lens.data_ptr(), md.query_start_loc.data_ptr(), md.block_table.data_ptr(),
+                                 md.block_table.stride(0), md.window_slot.data_ptr())
+        T = key.shape[0]
+        slots = md.slot_mapping[:T]
+        self.lib.call("oscar_cov_paged_write", C.byref(cache), C.byref(self.rot), C.byref(batch), key.data_ptr(),
+                      value.data_ptr(), key.stride(0), value.stride(0), T, slots.data_ptr(), stream)
+        out = output.view(-1, self.num_heads, self.head_size)
+        nd = md.num_decodes
+        if nd:
+            q = query[:nd].contiguous()
+            dec = _capi.PagedBatch(nd, md.seq_lens.data_ptr(), md.query_start_loc.data_ptr(), md.block_table.data_ptr(),
+                                   md.block_table.stride(0), md.window_slot.data_ptr())
+            self.lib.call("oscar_cov_paged_decode", C.byref(cache), C.byref(self.rot), C.byref(dec), q.data_ptr(),
+                          self.num_heads, self.max_model_len, C.c_float(self.scale), self.out32.data_ptr(),
+                          self.workspace.data_ptr(), self.workspace.numel(), stream)
+            out[:nd].copy_(self.out32[:nd])
+        if n > nd:
+            self._prefill(query, key, value, kv_cache, md, out)
+        return output
+
+    # ---- prefill: own tokens in BF16, the cached prefix as the cache holds it (rotated frame)
+    def _prefill(self, query, key, value, kv_cache, md, out):
+        qsl = md.query_start_loc_cpu.tolist()
+        lens = md.seq_lens_cpu.tolist()
+        G = self.num_heads // self.num_kv_heads
+        for r in range(md.num_decodes, md.num_reqs):
+            s, e = qsl[r], qsl[r + 1]
+            if e <= s:
+                continue
+            L = int(lens[r])
+            ctx = L - (e - s)
+            q, k, v = query[s:e], key[s:e], value[s:e]
+            if ctx <= 0:
+                o = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+                                                   v.transpose(0, 1).unsqueeze(0), is_causal=True, scale=self.scale,
+                                                   enable_gqa=G > 1)
+                out[s:e] = o[0].transpose(0, 1)
+                continue
+            kc, vc = self._context(kv_cache, md.block_table[r], md.window_slot_cpu[r], ctx, L)  # [ctx, H, D] rotated
+            rk, rv = self.rk.expand(self.num_kv_heads, -1, -1), self.rv.expand(self.num_kv_heads, -1, -1)
+            qr = torch.einsum("thd,hde->the", q.float(), rk.repeat_interleave(G, 0))
+            kr = torch.einsum("thd,hde->the", k.float(), rk)
+            vr = torch.einsum("thd,hde->the", v.float(), rv)
+            K = torch.cat([kc.float(), kr], 0).to(torch.bfloat16)
+            V = torch.cat([vc.float(), vr], 0).to(torch.bfloat16)
+            ql = e - s
+            mask = torch.ones(ql, L, dtype=torch.bool, device=q.device).tril(diagonal=ctx)
+            o = F.scaled_dot_product_attention(qr.to(torch.bfloat16).transpose(0, 1).unsqueeze(0), K.transpose(0, 1).unsqueeze(0),
+                                               V.transpose(0, 1).unsqueeze(0), attn_mask=mask, scale=self.scale, enable_gqa=G > 1)
+            o = o[0].transpose(0, 1).float()  # [ql, Hq, D] in the R_V frame
+            out[s:e] = torch.einsum("the,hde->thd", o, rv.repeat_interleave(G, 0)).to(out.dtype)
+
+    def _context(self, kv_cache, bt_row, wslot, ctx, L):
+        """Positions [0, ctx) of one sequence as a decode at length L reads them: rotated bf16 [ctx][H][D] K and V."""
+        H, D, S, W = self.num_kv_heads, self.head_size, paged.SINK, paged.RECENT
+        P = self.page_tokens(kv_cache)
+        lay = paged.PagedLayout(H, D, self.bits, P)
+        dev = kv_cache.device
+        K = torch.empty(ctx, H, D, dtype=torch.bfloat16, device=dev)
+        V = torch.empty_like(K)
+        ns = min(ctx, S)
+        K[:ns] = self.k_sink[wslot, :, :ns].transpose(0, 1)
+        V[:ns] = self.v_sink[wslot, :, :ns].transpose(0, 1)
+        body_end = min(ctx, max(S, L - W))
+        if body_end > S:
+            pos = torch.arange(S, body_end, device=dev)
+            page = bt_row[pos // P].long()
+            off = pos % P
+            o_k, o_v, o_kp, o_vp = lay.offsets()
+            base = page[:, None] * kv_cache.stride(0) + torch.arange(H, device=dev)[None, :] * lay.region_bytes  # [n, H]
+            flat = kv_cache.view(-1)
+            for dst, oc, op in ((K, o_k, o_kp), (V, o_v, o_vp)):
+                idx = base[..., None] + oc + off[:, None, None] * lay.code_bytes + torch.arange(lay.code_bytes, device=dev)
+                codes = flat[idx].to(torch.int32)  # [n, H, CB]
+                per = 8 // self.bits
+                sh = torch.arange(per, device=dev, dtype=torch.int32) * self.bits
+                vals = ((codes[..., None] >> sh) & ((1 << self.bits) - 1)).reshape(codes.shape[0], H, D).float()
+                pidx = base[..., None] + op + off[:, None, None] * 4 + torch.arange(4, device=dev)
+                par = flat[pidx].contiguous().view(torch.float16).float()  # [n, H, 2]: scale, zero
+                dst[S:body_end] = (vals * par[..., :1] + par[..., 1:]).to(torch.bfloat16)
+        start = max(S, body_end)
+        if ctx > start:
+            ring = (torch.arange(start, ctx, device=dev) - S) % W
+            K[start:ctx] = self.k_recent[wslot][:, ring].transpose(0, 1)
+            V[start:ctx] = self.v_recent[wslot][:, ring].transpose(0, 1)
+        return K, V

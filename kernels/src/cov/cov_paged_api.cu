@@ -1,0 +1,157 @@
+// cov/cov_paged_api.cu: the paged oscar-cov C entry points (oscar_kv.h: oscar_cov_paged_*): argument checks, the
+// sizes of oscar/cov_paged_format.h, and the contiguous format's kernels run in paged mode (CovView's paged fields).
+#include "api_util.h"
+#include "cov/cov_kernels.h"
+#include "decode/checks.h"
+#include "decode/quantized_decode.h"
+#include "decode/shapes.h"
+#include "decode/split_plan.h"
+#include "oscar/cov_paged_format.h"
+#include "oscar_kv.h"
+
+namespace oscar::kernels {
+namespace {
+
+oscar_status check_paged(const oscar_cov_paged* c, const char* fn, oscar_error* err, CovView& v, const CovKernels*& ops) {
+  if (!c) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
+  ops = cov_kernels(c->head_dim, c->bits);
+  if (!ops)
+    return api::fail(err, OSCAR_ERR_UNSUPPORTED, "%s: head_dim=%d bits=%d unsupported (compiled: " OSCAR_KV_SHAPES_TEXT ")", fn,
+                     c->head_dim, c->bits);
+  if (c->num_kv_heads <= 0) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: num_kv_heads=%d must be positive", fn, c->num_kv_heads);
+  if (c->sink < 0 || c->sink % covpaged::kPageMultiple != 0 || c->recent <= 0)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: sink=%d recent=%d invalid (sink a multiple of %d, recent > 0)", fn, c->sink,
+                     c->recent, covpaged::kPageMultiple);
+  if (c->page_tokens <= 0 || c->page_tokens % covpaged::kPageMultiple != 0)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: page_tokens=%d must be a positive multiple of %d", fn, c->page_tokens,
+                     covpaged::kPageMultiple);
+  const int64_t need = covpaged::page_bytes(c->page_tokens, c->num_kv_heads, c->head_dim, c->bits);
+  if (c->page_stride < need || c->page_stride % 16 != 0)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: page_stride=%lld must be a multiple of 16 of at least the page's %lld bytes", fn,
+                     (long long)c->page_stride, (long long)need);
+  if (c->num_pages <= 0 || c->num_window_slots <= 0)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: num_pages=%lld num_window_slots=%d must be positive", fn, (long long)c->num_pages,
+                     c->num_window_slots);
+  const void* ptrs[5] = {c->pages, c->k_sink, c->v_sink, c->k_recent, c->v_recent};
+  const char* names[5] = {"pages", "k_sink", "v_sink", "k_recent", "v_recent"};
+  for (int i = 0; i < 5; ++i) {
+    if ((i == 0 || i >= 3 || c->sink > 0) && !ptrs[i]) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->%s is NULL", fn, names[i]);
+    if (ptrs[i] && !api::aligned(ptrs[i], 16))
+      return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: cache->%s %p is not 16-byte aligned", fn, names[i], ptrs[i]);
+  }
+  if (!(c->clip_k > 0.0f && c->clip_k <= 1.0f) || !(c->clip_v > 0.0f && c->clip_v <= 1.0f))
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->clip_k=%g clip_v=%g must be in (0, 1]", fn, c->clip_k, c->clip_v);
+  if (c->clip_mode != OSCAR_CLIP_RATIO && c->clip_mode != OSCAR_CLIP_QUANTILE)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->clip_mode=%d is neither OSCAR_CLIP_RATIO (0) nor OSCAR_CLIP_QUANTILE (1)", fn,
+                     c->clip_mode);
+  if (c->rounding != OSCAR_ROUND_HALF_EVEN && c->rounding != OSCAR_ROUND_HALF_AWAY)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->rounding=%d is neither OSCAR_ROUND_HALF_EVEN (0) nor OSCAR_ROUND_HALF_AWAY (1)",
+                     fn, c->rounding);
+  v = CovView{};
+  v.Hkv = c->num_kv_heads; v.S = c->sink; v.W = c->recent; v.cap = 0;
+  const bool quantile = c->clip_mode == OSCAR_CLIP_QUANTILE;
+  v.clip_k = quantile ? 1.0f : c->clip_k;
+  v.clip_v = quantile ? 1.0f : c->clip_v;
+  v.quantile_k = quantile ? quantile_clip_index(c->clip_k, c->head_dim) : -1;
+  v.quantile_v = quantile ? quantile_clip_index(c->clip_v, c->head_dim) : -1;
+  v.rounding = static_cast<Rounding>(c->rounding);
+  v.ks = static_cast<uint16_t*>(c->k_sink); v.vs = static_cast<uint16_t*>(c->v_sink);
+  v.kr = static_cast<uint16_t*>(c->k_recent); v.vr = static_cast<uint16_t*>(c->v_recent);
+  v.pages = static_cast<uint8_t*>(c->pages);
+  v.page_stride = c->page_stride;
+  v.P = c->page_tokens;
+  return OSCAR_OK;
+}
+
+oscar_status check_batch(const oscar_paged_batch* b, bool writes, const char* fn, oscar_error* err, CovView& v) {
+  if (!b) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch is NULL", fn);
+  if (b->num_seqs <= 0 || b->num_seqs > 65535)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch->num_seqs=%d must be in [1, 65535]", fn, b->num_seqs);
+  if (!b->seq_lens || !b->window_slot || (writes && !b->query_start_loc) || (!writes && !b->block_table))
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch->seq_lens, window_slot, %s is NULL", fn,
+                     writes ? "query_start_loc" : "block_table");
+  const void* ptrs[4] = {b->seq_lens, b->query_start_loc, b->block_table, b->window_slot};
+  for (const void* p : ptrs)
+    if (p && !api::aligned(p, 4)) return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: the batch's int32 arrays must be 4-byte aligned", fn);
+  if (!writes && b->block_table_stride <= 0)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch->block_table_stride=%d must be positive", fn, b->block_table_stride);
+  v.B = b->num_seqs;
+  v.block_table = b->block_table;
+  v.bt_stride = b->block_table_stride;
+  v.wslot = b->window_slot;
+  return OSCAR_OK;
+}
+
+}  // namespace
+}  // namespace oscar::kernels
+
+using namespace oscar;
+
+extern "C" int64_t oscar_cov_paged_page_bytes(int32_t page_tokens, int32_t num_kv_heads, int32_t head_dim, int32_t bits) {
+  if (page_tokens <= 0 || page_tokens % covpaged::kPageMultiple != 0 || num_kv_heads <= 0 || !kernels::cov_kernels(head_dim, bits)) return 0;
+  return covpaged::page_bytes(page_tokens, num_kv_heads, head_dim, bits);
+}
+
+extern "C" int64_t oscar_cov_paged_window_bytes(int32_t num_kv_heads, int32_t head_dim, int32_t sink, int32_t recent) {
+  if (num_kv_heads <= 0 || head_dim <= 0 || sink < 0 || recent <= 0) return 0;
+  return covpaged::window_slot_bytes(num_kv_heads, head_dim, sink, recent);
+}
+
+extern "C" void oscar_cov_paged_default_rule(oscar_cov_paged* c) {
+  if (!c) return;
+  c->clip_k = covfmt::kClipK;
+  c->clip_v = covfmt::kClipV;
+  c->clip_mode = covfmt::default_clip_mode(c->bits) == ClipMode::Quantile ? OSCAR_CLIP_QUANTILE : OSCAR_CLIP_RATIO;
+  c->rounding = covfmt::kRounding == Rounding::HalfAway ? OSCAR_ROUND_HALF_AWAY : OSCAR_ROUND_HALF_EVEN;
+}
+
+extern "C" oscar_status oscar_cov_paged_write(const oscar_cov_paged* cache, const oscar_rotation* rotation, const oscar_paged_batch* batch,
+                                              const void* k, const void* v, int64_t k_token_stride, int64_t v_token_stride,
+                                              int32_t num_tokens, const int64_t* slot_mapping, void* stream, oscar_error* err) {
+  const char* fn = "oscar_cov_paged_write";
+  kernels::CovView cv;
+  const kernels::CovKernels* ops = nullptr;
+  oscar_status st = kernels::check_paged(cache, fn, err, cv, ops);
+  if (st != OSCAR_OK || (st = kernels::check_batch(batch, true, fn, err, cv)) != OSCAR_OK) return st;
+  kernels::RotArgs rot;
+  if ((st = kernels::check_rotation(rotation, cache->head_dim, fn, err, rot)) != OSCAR_OK) return st;
+  if (num_tokens < 0) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: num_tokens=%d is negative", fn, num_tokens);
+  if (num_tokens == 0) return OSCAR_OK;
+  if (!k || !v || !slot_mapping) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: k, v or slot_mapping is NULL", fn);
+  if (!api::aligned(k, 16) || !api::aligned(v, 16) || !api::aligned(slot_mapping, 8))
+    return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: k and v must be 16-byte aligned, slot_mapping 8-byte aligned", fn);
+  const int64_t row = static_cast<int64_t>(cache->num_kv_heads) * cache->head_dim;
+  if (k_token_stride < row || v_token_stride < row || k_token_stride % 8 != 0 || v_token_stride % 8 != 0)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: k_token_stride=%lld v_token_stride=%lld must be multiples of 8 of at least %lld", fn,
+                     (long long)k_token_stride, (long long)v_token_stride, (long long)row);
+  if (static_cast<int64_t>(num_tokens) * cache->num_kv_heads >= (int64_t(1) << 31))
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: num_tokens * num_kv_heads must be below 2^31", fn);
+  kernels::PagedWriteArgs w{static_cast<const uint16_t*>(k), static_cast<const uint16_t*>(v), k_token_stride, v_token_stride,
+                            num_tokens, batch->num_seqs, batch->seq_lens, batch->query_start_loc, slot_mapping};
+  return ops->paged_write(cv, rot, w, static_cast<cudaStream_t>(stream), err);
+}
+
+extern "C" oscar_status oscar_cov_paged_decode(const oscar_cov_paged* cache, const oscar_rotation* rotation, const oscar_paged_batch* batch,
+                                               const void* q, int32_t num_q_heads, int32_t max_seq_len, float softmax_scale, float* out,
+                                               void* workspace, size_t workspace_bytes, void* stream, oscar_error* err) {
+  namespace plan = kernels::plan;
+  const char* fn = "oscar_cov_paged_decode";
+  kernels::CovView cv;
+  const kernels::CovKernels* ops = nullptr;
+  oscar_status st = kernels::check_paged(cache, fn, err, cv, ops);
+  if (st != OSCAR_OK || (st = kernels::check_batch(batch, false, fn, err, cv)) != OSCAR_OK) return st;
+  kernels::RotArgs rot;
+  if ((st = kernels::check_rotation(rotation, cache->head_dim, fn, err, rot)) != OSCAR_OK) return st;
+  const int64_t capacity = static_cast<int64_t>(batch->block_table_stride) * cache->page_tokens;
+  st = kernels::check_decode_args(fn, q, num_q_heads, cache->num_kv_heads, batch->seq_lens, max_seq_len, capacity, out, workspace, err);
+  if (st != OSCAR_OK) return st;
+  const int64_t bh = static_cast<int64_t>(batch->num_seqs) * cache->num_kv_heads;
+  const int64_t units = bh * plan::query_groups(num_q_heads / cache->num_kv_heads);
+  const int64_t sw = static_cast<int64_t>(cache->sink) + cache->recent, win = max_seq_len < sw ? max_seq_len : sw;
+  const plan::Plan p = plan::quant_plan(units, covfmt::body_tokens(max_seq_len, cache->sink, cache->recent), win, plan::kQuantGranule,
+                                        plan::blocks_per_sm(cache->head_dim), plan::sm_count());
+  const auto grid = [&](const kernels::DecodeArgs& a, cudaStream_t s, oscar_error* e) { return ops->decode(cv, a, s, e); };
+  return kernels::run_quantized_decode(p, rot, nullptr, fn, q, batch->seq_lens, num_q_heads, cache->num_kv_heads, batch->num_seqs,
+                                       cache->head_dim, softmax_scale, out, workspace, workspace_bytes, nullptr,
+                                       static_cast<cudaStream_t>(stream), err, grid);
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""test_vllm_plugin.py LIB: the vLLM plugin's parts that need neither vLLM nor a GPU.
+
+oscar_kv.paged's page and window-slot sizes against the C library's (oscar_cov_paged_page_bytes / _window_bytes, the
+formulas of cov_paged_format.h) for every compiled head_dim and bit width and several page sizes, and against the
+design's Llama-3-8B table (kernels/SERVING_ENGINES.md: 147,456 B pages, 7.11x BF16); slot and code-address arithmetic;
+the version check (0.26.x only) and the refusals (MLA, sliding windows, head_dim, fp16, ALiBi, prefix caching,
+speculative decoding, page sizes), each one line naming the fix; `import oscar_kv.vllm` without vLLM raises one
+ImportError line. Exit 0 passed, 1 failed, 77 library not built.
+"""
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "kernels" / "python"))
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL: {what}")
+
+
+def refuses(fn, needle, what):
+    from oscar_kv import paged
+    try:
+        fn()
+    except paged.Unsupported as e:
+        msg = str(e)
+        check(needle in msg and "\n" not in msg, f"{what}: message {msg!r} lacks {needle!r} or spans lines")
+        return
+    check(False, f"{what}: accepted")
+
+
+def main():
+    lib_path = Path(sys.argv[1]) if len(sys.argv) > 1 else None
+    if lib_path is None or not lib_path.is_file():
+        print(f"SKIPPED: the kernel library {lib_path} is not built")
+        return 77
+    from oscar_kv import _capi, paged
+    lib = _capi.load(lib_path)
+
+    # Sizes: the Python layout against the C formulas.
+    n = 0
+    for hd in paged.HEAD_DIMS:
+        for bits in (2, 4):
+            for P in (64, 256, 512):
+                for h in (1, 3, 8):
+                    lay = paged.PagedLayout(h, hd, bits, P)
+                    c = lib.oscar_cov_paged_page_bytes(P, h, hd, bits)
+                    check(c == lay.page_bytes, f"page bytes P={P} Hkv={h} D={hd} bits={bits}: C {c}, Python {lay.page_bytes}")
+                    w = lib.oscar_cov_paged_window_bytes(h, hd, paged.SINK, paged.RECENT)
+                    check(w == lay.window_slot_bytes, f"window bytes Hkv={h} D={hd}: C {w}, Python {lay.window_slot_bytes}")
+                    n += 1
+    check(lib.oscar_cov_paged_page_bytes(100, 8, 128, 2) == 0, "a page of 100 tokens must be refused by the C sizes (0)")
+    check(lib.oscar_cov_paged_page_bytes(256, 8, 96, 2) == 0, "head_dim 96 must be refused by the C sizes (0)")
+    # The design's Llama-3-8B numbers (8 KV heads, head_dim 128, P = 256).
+    l8 = paged.PagedLayout(8, 128, 2, 256)
+    check(l8.page_bytes == 147456 and paged.PagedLayout(8, 128, 4, 256).page_bytes == 278528,
+          f"Llama-3-8B page bytes {l8.page_bytes}, want 147,456 (INT2) and 278,528 (INT4)")
+    check(abs(l8.bf16_ratio() - 512 / 72) < 1e-12 and l8.window_slot_bytes == 1310720,
+          f"Llama-3-8B: {l8.bf16_ratio():.3f}x BF16 (want 7.111), window slot {l8.window_slot_bytes} (want 1,310,720)")
+    # Slots and addresses.
+    lay = paged.PagedLayout(3, 64, 2, 256)
+    check(lay.slot(5, 17) == 5 * 256 + 17 and lay.page_of(5 * 256 + 17) == (5, 17), "slot <-> (page, offset)")
+    kc, vc, kp, vp = lay.offsets()
+    check((kc, vc, kp, vp) == (0, 256 * 16, 2 * 256 * 16, 2 * 256 * 16 + 1024), f"region offsets {lay.offsets()}")
+    check(lay.code_address(lay.slot(2, 10), 1) == 2 * lay.page_bytes + lay.region_bytes + 10 * 16, "key code address")
+    check(lay.code_address(lay.slot(2, 10), 1, value=True) == 2 * lay.page_bytes + lay.region_bytes + vc + 10 * 16, "value code address")
+    try:
+        lay.slot(0, 256)
+        check(False, "an offset past the page must be refused")
+    except ValueError:
+        pass
+    # Refusals.
+    for ok in ("0.26.0", "0.26.3"):
+        try:
+            paged.check_vllm_version(ok)
+        except paged.Unsupported as e:
+            check(False, f"vLLM {ok} refused: {e}")
+    refuses(lambda: paged.check_vllm_version("0.27.1"), "supports vLLM 0.26.x only", "vLLM 0.27.1")
+    refuses(lambda: paged.check_vllm_version("0.33.0"), "pip install vllm==0.26.0", "vLLM 0.33.0")
+    refuses(lambda: paged.check_layer(128, "bfloat16", use_mla=True), "MLA", "MLA")
+    refuses(lambda: paged.check_layer(256, "bfloat16", sliding_window=True), "sliding-window", "sliding window")
+    refuses(lambda: paged.check_layer(96, "bfloat16"), "head_dim 96", "head_dim 96")
+    refuses(lambda: paged.check_layer(128, "float16"), "dtype='bfloat16'", "fp16 model")
+    refuses(lambda: paged.check_layer(128, "bfloat16", alibi=True), "ALiBi", "ALiBi")
+    refuses(lambda: paged.check_engine(True, False, 16), "enable_prefix_caching=False", "prefix caching")
+    refuses(lambda: paged.check_engine(False, True, 16), "speculative", "speculative decoding")
+    refuses(lambda: paged.PagedLayout(8, 128, 2, 100), "block size to 256", "a 100-token page")
+    refuses(lambda: paged.PagedLayout(8, 128, 3, 256), "2- or 4-bit", "3 bits")
+    paged.check_layer(64, "bfloat16")
+    paged.check_engine(False, False, 16)
+    # Importing the plugin without vLLM: one ImportError line.
+    code = ("import sys; sys.modules['vllm'] = None; sys.path.insert(0, %r)\n"
+            "try:\n import oscar_kv.vllm\nexcept ImportError as e:\n print('IMPORT-ERROR', e)\n" % str(ROOT / "kernels" / "python"))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    line = r.stdout.strip()
+    check(line.startswith("IMPORT-ERROR oscar_kv.vllm: vLLM is not installed") and "vllm==0.26.0" in line and "\n" not in line,
+          f"import without vLLM: {line!r} {r.stderr[-300:]!r}")
+    print(f"{n} layouts against the C sizes; refusals and arithmetic checked")
+    if failures:
+        print(f"FAILED: {len(failures)} check(s)")
+        return 1
+    print("PASSED")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
