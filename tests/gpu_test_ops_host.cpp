@@ -43,7 +43,8 @@
 //     page sizes 64 and 256), written as an engine does (the prompts in two chunks, then single-token steps), without
 //     and with a per-head matrix rotation, against the contiguous cache holding the same tokens: every live code,
 //     (scale, zero) and window row bit for bit, the decode output bit for bit (the same plan), and within the decode
-//     bound of float64 attention over the twin.
+//     bound of float64 attention over the twin; with a fixed split (split_tokens 512) every sequence decoded alone gives
+//     the bits it gets in the batch (batch invariance).
 //   api: the C API rejects bad shapes, pointers, lengths and workspaces with the right status (and names
 //     the argument), and the allocators reject bad shapes.
 #include <cuda_runtime.h>
@@ -893,7 +894,7 @@ void op_paged(Ctx& ctx, const Case& c) {
       if (!dkk.upload(ctx, kr, "k rows") || !dvv.upload(ctx, vr, "v rows") || !dsm.upload(ctx, slot_map, "slot mapping") ||
           !dqsl.upload(ctx, qsl, "qsl") || !dlen.upload(ctx, lens, "lens"))
         return false;
-      const oscar_paged_batch pb{B, dlen.as<int32_t>(), dqsl.as<int32_t>(), dbt.as<int32_t>(), per_seq, dws.as<int32_t>()};
+      const oscar_paged_batch pb{B, dlen.as<int32_t>(), dqsl.as<int32_t>(), dbt.as<int32_t>(), per_seq, dws.as<int32_t>(), 0};
       oscar_error err{};
       return ctx.ok(oscar_cov_paged_write(&pc, rp, &pb, dkk.p, dvv.p, int64_t(H) * D, int64_t(H) * D, n, dsm.as<int64_t>(), nullptr, &err), err,
                     what) &&
@@ -963,7 +964,7 @@ void op_paged(Ctx& ctx, const Case& c) {
         !dout2.alloc(ctx, size_t(B) * s.hq * D * 4, "out") || !dlen.upload(ctx, now, "lens"))
       return;
     oscar_error err{};
-    const oscar_paged_batch pb{B, dlen.as<int32_t>(), nullptr, dbt.as<int32_t>(), per_seq, dws.as<int32_t>()};
+    const oscar_paged_batch pb{B, dlen.as<int32_t>(), nullptr, dbt.as<int32_t>(), per_seq, dws.as<int32_t>(), 0};
     if (!ctx.cuda(cudaMemset(dout.p, 0xff, dout.bytes), "poison out") ||
         !ctx.ok(oscar_cov_paged_decode(&pc, rp, &pb, dq.p, s.hq, mx, float(scale), dout.as<float>(), dwk.p, wsb, nullptr, &err), err,
                 "oscar_cov_paged_decode") ||
@@ -983,6 +984,37 @@ void op_paged(Ctx& ctx, const Case& c) {
                rotated ? " rotated" : "", nbad, first, got[first], want[first]);
       return;
     }
+    // Batch invariance (split_tokens fixed): the batch's outputs equal each sequence decoded alone, bit for bit.
+    {
+      const int split = 512;
+      const size_t wsf = oscar_cov_paged_workspace_bytes(B, s.hq, H, D, mx, split);
+      DevBuf dwf, dbat, done;
+      if (!dwf.alloc(ctx, wsf, "workspace") || !dbat.alloc(ctx, size_t(B) * s.hq * D * 4, "out") || !done.alloc(ctx, size_t(s.hq) * D * 4, "out"))
+        return;
+      oscar_paged_batch fb = pb;
+      fb.split_tokens = split;
+      if (!ctx.ok(oscar_cov_paged_decode(&pc, rp, &fb, dq.p, s.hq, mx, float(scale), dbat.as<float>(), dwf.p, wsf, nullptr, &err), err,
+                  "batch decode, split_tokens 512"))
+        return;
+      const std::vector<float> all = download<float>(ctx, dbat.p, size_t(B) * s.hq * D, "out");
+      size_t diff = 0;
+      for (int b = 0; b < B; ++b) {
+        oscar_paged_batch one = fb;
+        one.num_seqs = 1;
+        one.seq_lens = dlen.as<int32_t>() + b;
+        one.block_table = dbt.as<int32_t>() + size_t(b) * per_seq;
+        one.window_slot = dws.as<int32_t>() + b;
+        const uint16_t* qb = dq.as<uint16_t>() + size_t(b) * s.hq * D;
+        if (!ctx.ok(oscar_cov_paged_decode(&pc, rp, &one, qb, s.hq, mx, float(scale), done.as<float>(), dwf.p, wsf, nullptr, &err), err,
+                    "one-sequence decode") ||
+            !ctx.cuda(cudaDeviceSynchronize(), "decode sync"))
+          return;
+        const std::vector<float> o = download<float>(ctx, done.p, size_t(s.hq) * D, "out");
+        diff += std::memcmp(o.data(), &all[size_t(b) * s.hq * D], o.size() * 4) != 0;
+      }
+      ++ctx.checks;
+      if (diff) ctx.fail("split_tokens 512: %zu of %d sequences decode to other bits alone than in the batch", diff, B);
+    }
     // Unrotated: also within the decode bound of float64 attention over the twin (the rotated decode of the contiguous
     // cache, which the paged one equals bit for bit, is checked against the twin by op rotated).
     ctx.info.clear();
@@ -993,7 +1025,7 @@ void op_paged(Ctx& ctx, const Case& c) {
       check_outputs(ctx, got, ref, cur, all_seqs(B), s.hq, D, kDecodeBound, "");
     }
     info += (info.empty() ? "" : "; ") + std::string(rotated ? "page 256, rotated: " : "page 64: ") + std::to_string(live) +
-            " live rows and the decode bit-exact with the contiguous cache" + (ctx.info.empty() ? "" : ", " + ctx.info);
+            " live rows and the decode bit-exact with the contiguous cache, and alone as in the batch (split_tokens 512)" + (ctx.info.empty() ? "" : ", " + ctx.info);
   }
   ctx.info = info;
 }

@@ -54,6 +54,12 @@ def main():
                     w = lib.oscar_cov_paged_window_bytes(h, hd, paged.SINK, paged.RECENT)
                     check(w == lay.window_slot_bytes, f"window bytes Hkv={h} D={hd}: C {w}, Python {lay.window_slot_bytes}")
                     n += 1
+    ws0 = lib.oscar_decode_workspace_bytes(16, 32, 8, 128, 32768, 1)
+    ws = lib.oscar_cov_paged_workspace_bytes(16, 32, 8, 128, 32768, paged.DECODE_SPLIT_TOKENS)
+    need = 16 * 8 * (-(-32768 // paged.DECODE_SPLIT_TOKENS) + 1) * 8 * (128 + 2) * 4  # partials of the fixed plan
+    check(ws >= need and lib.oscar_cov_paged_workspace_bytes(16, 32, 8, 128, 32768, 0) == ws0,
+          f"paged decode workspace {ws} < {need} (fixed splits), or split 0 != oscar_decode_workspace_bytes {ws0}")
+    check(lib.oscar_cov_paged_workspace_bytes(16, 32, 8, 128, 32768, 100) == 0, "split_tokens 100 must give 0")
     check(lib.oscar_cov_paged_page_bytes(100, 8, 128, 2) == 0, "a page of 100 tokens must be refused by the C sizes (0)")
     check(lib.oscar_cov_paged_page_bytes(256, 8, 96, 2) == 0, "head_dim 96 must be refused by the C sizes (0)")
     # The design's Llama-3-8B numbers (8 KV heads, head_dim 128, P = 256).

@@ -162,7 +162,7 @@ eval)
   ;;
 vllm)
   [ $# -ge 3 ] || die "usage: smollm2_gpu.sh vllm OUT ROTATIONS TASKS"
-  out=$1; rot=$(realpath "$2"); tasks=$(realpath "$3"); mkdir -p "$out"; device_env; join_gguf
+  out=$1; rot=$(realpath "$2"); tasks=$(realpath "$3"); mkdir -p "$out"; join_gguf
   [ -f "$rot" ] && [ -f "$tasks" ] || die "$rot or $tasks: no such file (oscar-rotate and oscar-tasks make them)"
   export PYTHONPATH="$root/kernels/python:$stash/pylib${PYTHONPATH:+:$PYTHONPATH}" OSCAR_KERNELS_LIB=${OSCAR_KERNELS_LIB:-$stash/dev/lib/liboscar_kernels.so}
   w=$stash/hfwork; mkdir -p "$w"

@@ -98,7 +98,7 @@ def main():
             with open(os.path.join(d, "config.json"), "w") as f:
                 json.dump(CONFIG, f)
         folder = model or d
-        runs = [("bf16-eager", "auto", "eager", "batch"), ("int2-eager", "oscar_cov_int2", "eager", "batch"),
+        runs = [("bf16-eager", "auto", "eager", "batch"), ("bf16-alone", "auto", "eager", "alone"), ("int2-eager", "oscar_cov_int2", "eager", "batch"),
                 ("int2-alone", "oscar_cov_int2", "eager", "alone"), ("int2-graphs", "oscar_cov_int2", "graphs", "batch")]
         if tasks != "-":
             runs.append(("int2-broken", "oscar_cov_int2", "eager", "batch"))
@@ -124,7 +124,7 @@ def main():
                 msg += (f", init {r['init_s']:.1f} s, generate {r['generate_s']:.2f} s, KV capacity "
                         f"{r['num_gpu_blocks'] * r['block_size']} tokens ({r['num_gpu_blocks']} blocks of {r['block_size']})")
                 base = res["runs"].get("bf16-eager", {}).get("ids")
-                if base and name != "bf16-eager":
+                if base and not name.startswith("bf16"):
                     share, prefix = agreement(r["ids"], base)
                     msg += f"; vs bf16: {share:.1%} of tokens agree, mean agreeing prefix {prefix:.1f}"
                 if r["scores"]:
@@ -134,10 +134,13 @@ def main():
                         by.setdefault(f"{task}@{n}", []).append(sc)
                     r["by_cell"] = {k: f"{sum(v):g}/{len(v)}" for k, v in sorted(by.items())}
                     msg += f"; tasks {sum(r['scores']):g}/{len(r['scores'])} {r['by_cell']}"
+                if name == "bf16-alone" and base:
+                    r["same_as_bf16_eager"] = r["ids"] == base
+                    msg += f"; same ids as bf16-eager: {r['ids'] == base} ({sum(x != y for x, y in zip(r['ids'], base))} requests differ)"
                 ref = res["runs"].get("int2-eager", {}).get("ids")
                 if ref and name in ("int2-alone", "int2-graphs"):
                     r["same_as_int2_eager"] = r["ids"] == ref
-                    msg += f"; same ids as int2-eager: {r['ids'] == ref}"
+                    msg += f"; same ids as int2-eager: {r['ids'] == ref} ({sum(x != y for x, y in zip(r['ids'], ref))} requests differ)"
             else:
                 msg += "; log tail:\n" + text[-3000:]
             print(msg, flush=True)

@@ -221,8 +221,14 @@ typedef struct oscar_paged_batch {
   const int32_t* block_table;      /* [num_seqs][block_table_stride] page ids of positions [jP, (j + 1)P) */
   int32_t block_table_stride;
   const int32_t* window_slot;      /* [num_seqs] each sequence's window slot */
+  int32_t split_tokens;            /* decode: 0 = the planner's splits (they depend on num_seqs); > 0 (a multiple of 256):
+                                      body splits of this many tokens and one window block whatever the batch, so that a
+                                      sequence's output does not depend on the batch it is decoded in (batch-invariant) */
 } oscar_paged_batch;
 
+/* Workspace bytes oscar_cov_paged_decode needs for these shapes and split_tokens (0: as oscar_decode_workspace_bytes). */
+size_t oscar_cov_paged_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim,
+                                       int32_t max_seq_len, int32_t split_tokens);
 /* Bytes of one page (all KV heads) and of one window slot (all KV heads, sink + recent, K and V); 0 on bad shapes. */
 int64_t oscar_cov_paged_page_bytes(int32_t page_tokens, int32_t num_kv_heads, int32_t head_dim, int32_t bits);
 int64_t oscar_cov_paged_window_bytes(int32_t num_kv_heads, int32_t head_dim, int32_t sink, int32_t recent);
@@ -242,7 +248,7 @@ oscar_status oscar_cov_paged_write(const oscar_cov_paged* cache, const oscar_rot
 /* Decode attention, one query per sequence (q bf16 [num_seqs][Hq][head_dim], unrotated when `rotation` is given,
  * else rotated by R_K), over seq_lens[s] tokens; out float32 [num_seqs][Hq][head_dim]. max_seq_len (host): an upper
  * bound of seq_lens that sets the split plan (a graph-stable bound such as the engine's max model length keeps one
- * plan for every step); workspace: oscar_decode_workspace_bytes(num_seqs, Hq, Hkv, head_dim, max_seq_len, 1). */
+ * plan for every step); workspace: oscar_cov_paged_workspace_bytes(num_seqs, Hq, Hkv, head_dim, max_seq_len, split_tokens). */
 oscar_status oscar_cov_paged_decode(const oscar_cov_paged* cache, const oscar_rotation* rotation, const oscar_paged_batch* batch,
                                     const void* q, int32_t num_q_heads, int32_t max_seq_len, float softmax_scale, float* out,
                                     void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);

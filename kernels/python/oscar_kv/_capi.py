@@ -64,7 +64,8 @@ class CovPaged(C.Structure):
 class PagedBatch(C.Structure):
     """oscar_paged_batch (oscar_kv.h): one engine step's sequences (device int32 pointers)."""
     _fields_ = [("num_seqs", C.c_int32), ("seq_lens", C.c_void_p), ("query_start_loc", C.c_void_p),
-                ("block_table", C.c_void_p), ("block_table_stride", C.c_int32), ("window_slot", C.c_void_p)]
+                ("block_table", C.c_void_p), ("block_table_stride", C.c_int32), ("window_slot", C.c_void_p),
+                ("split_tokens", C.c_int32)]
 
 
 class OscarError(RuntimeError):
@@ -137,6 +138,7 @@ _SIGNATURES = {
     "oscar_cov_paged_page_bytes": (_i64, [_i32, _i32, _i32, _i32]),
     "oscar_cov_paged_window_bytes": (_i64, [_i32, _i32, _i32, _i32]),
     "oscar_cov_paged_default_rule": (None, [_paged]),
+    "oscar_cov_paged_workspace_bytes": (_size, [_i32, _i32, _i32, _i32, _i32, _i32]),
     "oscar_cov_paged_write": (C.c_int, [_paged, _rot, _batch, _vp, _vp, _i64, _i64, _i32, _vp, _vp, _err]),
     "oscar_cov_paged_decode": (C.c_int, [_paged, _rot, _batch, _vp, _i32, _i32, _f32, _vp, _vp, _size, _vp, _err]),
 }

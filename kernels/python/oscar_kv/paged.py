@@ -16,6 +16,7 @@ PAGE_MULTIPLE = 64           # page_tokens must be a multiple of it (the INT2 de
 DEFAULT_PAGE_TOKENS = 256    # the page (vLLM kernel block) the plugin asks for
 HEAD_DIMS = (64, 128, 256)   # compiled decode shapes (oscar_cov_shape_supported)
 SUPPORTED_VLLM = "0.26"      # the one vLLM minor the plugin patches
+DECODE_SPLIT_TOKENS = 2048   # the decode's fixed split (oscar_paged_batch.split_tokens): batch-invariant attention
 
 
 class Unsupported(ValueError):

@@ -63,6 +63,25 @@ oscar_status check_paged(const oscar_cov_paged* c, const char* fn, oscar_error* 
   return OSCAR_OK;
 }
 
+}  // namespace
+
+// The decode plan: the planner's (quant_plan: depends on the units), or with split_tokens > 0 a fixed one (splits of
+// split_tokens body tokens, one window block) that depends on max_seq_len alone: batch-invariant outputs.
+plan::Plan paged_plan(int64_t units, int32_t max_seq_len, int sink, int recent, int head_dim, int32_t split_tokens) {
+  const int64_t body = covfmt::body_tokens(max_seq_len, sink, recent);
+  if (split_tokens > 0) {
+    plan::Plan p;
+    p.split_len = split_tokens;
+    p.nsplit = static_cast<int>(body > 0 ? plan::ceil_div(body, split_tokens) : 1);
+    p.nwin = 1;
+    return p;
+  }
+  const int64_t sw = static_cast<int64_t>(sink) + recent, win = max_seq_len < sw ? max_seq_len : sw;
+  return plan::quant_plan(units, body, win, plan::kQuantGranule, plan::blocks_per_sm(head_dim), plan::sm_count());
+}
+
+namespace {
+
 oscar_status check_batch(const oscar_paged_batch* b, bool writes, const char* fn, oscar_error* err, CovView& v) {
   if (!b) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch is NULL", fn);
   if (b->num_seqs <= 0 || b->num_seqs > 65535)
@@ -95,6 +114,20 @@ extern "C" int64_t oscar_cov_paged_page_bytes(int32_t page_tokens, int32_t num_k
 extern "C" int64_t oscar_cov_paged_window_bytes(int32_t num_kv_heads, int32_t head_dim, int32_t sink, int32_t recent) {
   if (num_kv_heads <= 0 || head_dim <= 0 || sink < 0 || recent <= 0) return 0;
   return covpaged::window_slot_bytes(num_kv_heads, head_dim, sink, recent);
+}
+
+extern "C" size_t oscar_cov_paged_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim,
+                                                   int32_t max_seq_len, int32_t split_tokens) {
+  namespace plan = kernels::plan;
+  if (split_tokens <= 0) return oscar_decode_workspace_bytes(num_seqs, num_q_heads, num_kv_heads, head_dim, max_seq_len, 1);
+  if (num_seqs <= 0 || num_kv_heads <= 0 || num_q_heads <= 0 || num_q_heads % num_kv_heads != 0 || max_seq_len < 0 || head_dim <= 0 ||
+      split_tokens % plan::kQuantGranule != 0)
+    return 0;
+  const int64_t bh = static_cast<int64_t>(num_seqs) * num_kv_heads;
+  const int groups = plan::query_groups(num_q_heads / num_kv_heads);
+  const plan::Plan p = kernels::paged_plan(bh * groups, max_seq_len, 0, 0, head_dim, split_tokens);  // no windows: the most splits
+  // room for the rotated queries of a rotated decode after the partials, as oscar_decode_workspace_bytes leaves
+  return plan::workspace_bytes(bh, p.parts(), 8 * groups, head_dim) + kernels::rotated_q_bytes(num_seqs, num_q_heads, head_dim);
 }
 
 extern "C" void oscar_cov_paged_default_rule(oscar_cov_paged* c) {
@@ -147,9 +180,10 @@ extern "C" oscar_status oscar_cov_paged_decode(const oscar_cov_paged* cache, con
   if (st != OSCAR_OK) return st;
   const int64_t bh = static_cast<int64_t>(batch->num_seqs) * cache->num_kv_heads;
   const int64_t units = bh * plan::query_groups(num_q_heads / cache->num_kv_heads);
-  const int64_t sw = static_cast<int64_t>(cache->sink) + cache->recent, win = max_seq_len < sw ? max_seq_len : sw;
-  const plan::Plan p = plan::quant_plan(units, covfmt::body_tokens(max_seq_len, cache->sink, cache->recent), win, plan::kQuantGranule,
-                                        plan::blocks_per_sm(cache->head_dim), plan::sm_count());
+  if (batch->split_tokens < 0 || batch->split_tokens % plan::kQuantGranule != 0)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: batch->split_tokens=%d must be 0 or a positive multiple of %d", fn,
+                     batch->split_tokens, plan::kQuantGranule);
+  const plan::Plan p = kernels::paged_plan(units, max_seq_len, cache->sink, cache->recent, cache->head_dim, batch->split_tokens);
   const auto grid = [&](const kernels::DecodeArgs& a, cudaStream_t s, oscar_error* e) { return ops->decode(cv, a, s, e); };
   return kernels::run_quantized_decode(p, rot, nullptr, fn, q, batch->seq_lens, num_q_heads, cache->num_kv_heads, batch->num_seqs,
                                        cache->head_dim, softmax_scale, out, workspace, workspace_bytes, nullptr,

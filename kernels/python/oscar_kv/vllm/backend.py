@@ -5,7 +5,8 @@ kernel block of 256 tokens) plus this layer's BF16 window slots, allocated with 
 counts them): one slot per request state of the V2 model runner (max_num_seqs) and one scratch slot for padded rows.
 A step: every new token is quantized into its page and, if it is a sink or recent token, copied into its request's
 window slot (oscar_cov_paged_write); then decodes attend through oscar_cov_paged_decode (graph-capturable: a uniform
-decode batch replays as one CUDA graph), and prefills attend to their own tokens in BF16 (torch SDPA) and to what the
+decode batch replays as one CUDA graph; fixed splits of paged.DECODE_SPLIT_TOKENS, so a request's attention output does
+not depend on the batch it shares), and prefills attend to their own tokens in BF16 (torch SDPA) and to what the
 cache holds before them (sink and recent window in BF16, the rest dequantized from the pages).
 Rotations (oscar-cov's R_K, R_V per layer or per KV head) come from OSCAR_KV_ROTATIONS: an oscar-rotate file, or
 "random[:SEED]" (random orthogonal matrices, for dummy weights)."""
@@ -16,6 +17,7 @@ from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
 from vllm.config import get_current_vllm_config
 from vllm.v1.attention.backend import (AttentionBackend, AttentionCGSupport, AttentionImpl, AttentionMetadata,
                                        AttentionMetadataBuilder, AttentionType, CommonAttentionMetadata)
@@ -51,7 +53,7 @@ class OscarCovSpec(FullAttentionSpec):
         return replace(super().merge(specs), oscar_bits=specs[0].oscar_bits)
 
 
-def _load_rotations(layer_index, num_kv_heads, head_dim):
+def _load_rotations(layer_index, num_layers, num_kv_heads, head_dim):
     """(R_K, R_V) float32 [n][D][D] of one layer from OSCAR_KV_ROTATIONS."""
     src = os.environ.get("OSCAR_KV_ROTATIONS", "")
     if not src:
@@ -74,10 +76,14 @@ def _load_rotations(layer_index, num_kv_heads, head_dim):
         a = f.attrs
         if a.get("format") != "oscar-kernel-rotations":
             raise paged.Unsupported(f"{src}: not an oscar-rotate file; make it with oscar-rotate")
-        if int(a["head_dim"]) != head_dim or layer_index >= int(a["n_layers"]):
+        if int(a["head_dim"]) != head_dim or int(a["n_layers"]) != num_layers:
             raise paged.Unsupported(f"{src}: rotations for {int(a['n_layers'])} layers of head_dim {int(a['head_dim'])}, "
-                                    f"the model's layer {layer_index} has head_dim {head_dim}: a file of another model")
-        g = f[f"layer_{layer_index}"]
+                                    f"the model has {num_layers} of head_dim {head_dim}: a file of another model; "
+                                    "calibrate on this model with oscar-rotate")
+        if a.get("key_kind") != "matrix" or a.get("value_kind") != "matrix":
+            raise paged.Unsupported(f"{src}: rotation kinds {a.get('key_kind')}/{a.get('value_kind')}; oscar_cov needs the "
+                                    "matrices of oscar-rotate --recipe oscar-cov (or oscar-cov-head)")
+        g = f[f"layer_{layer_index:03d}"]
         rk, rv = (torch.from_numpy(g[n][...]).float() for n in ("key_rotation", "value_rotation"))
     if rk.dim() == 2:
         rk, rv = rk.unsqueeze(0), rv.unsqueeze(0)
@@ -91,7 +97,7 @@ def spec_for_layer(layer, vllm_config):
     bits = paged.CACHE_DTYPES[layer.kv_cache_dtype]
     STEP.bits = bits
     from vllm.model_executor.models.utils import extract_layer_index
-    layer.impl.bind_layer(extract_layer_index(layer.layer_name))
+    layer.impl.bind_layer(extract_layer_index(layer.layer_name), vllm_config.model_config.get_num_layers(vllm_config.parallel_config))
     return OscarCovSpec(block_size=vllm_config.cache_config.block_size, num_kv_heads=layer.num_kv_heads,
                         head_size=layer.head_size, head_size_v=layer.head_size_v, dtype=torch.uint8, oscar_bits=bits)
 
@@ -215,16 +221,16 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         self.k_recent = torch.zeros(slots, H, W, D, dtype=torch.bfloat16, device=dev)
         self.v_recent = torch.zeros_like(self.k_recent)
         self.lib = _capi.load()
-        ws = max(self.lib.decode_workspace_bytes(b, num_heads, H, D, self.max_model_len, 1) for b in range(1, self.max_num_seqs + 1))
+        ws = self.lib.oscar_cov_paged_workspace_bytes(self.max_num_seqs, num_heads, H, D, self.max_model_len, paged.DECODE_SPLIT_TOKENS)
         self.workspace = torch.empty(ws, dtype=torch.uint8, device=dev)
         self.out32 = torch.empty(self.max_num_seqs, num_heads, D, dtype=torch.float32, device=dev)
         self.rot = None
 
-    def bind_layer(self, layer_index):
+    def bind_layer(self, layer_index, num_layers):
         """Loads this layer's rotations (from plugin.py's spec hook, before KV allocation and graph capture)."""
         if self.rot is not None:
             return
-        rk, rv = _load_rotations(layer_index, self.num_kv_heads, self.head_size)
+        rk, rv = _load_rotations(layer_index, num_layers, self.num_kv_heads, self.head_size)
         dev = self.k_sink.device
         self.rk, self.rv = rk.to(dev).contiguous(), rv.to(dev).contiguous()
         self.rot = _capi.Rotation(_capi.ROTATION_MATRIX, int(self.rk.shape[0] > 1), self.rk.data_ptr(), self.rv.data_ptr())
@@ -263,7 +269,7 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         if nd:
             q = query[:nd].contiguous()
             dec = _capi.PagedBatch(nd, md.seq_lens.data_ptr(), md.query_start_loc.data_ptr(), md.block_table.data_ptr(),
-                                   md.block_table.stride(0), md.window_slot.data_ptr())
+                                   md.block_table.stride(0), md.window_slot.data_ptr(), paged.DECODE_SPLIT_TOKENS)
             self.lib.call("oscar_cov_paged_decode", C.byref(cache), C.byref(self.rot), C.byref(dec), q.data_ptr(),
                           self.num_heads, self.max_model_len, C.c_float(self.scale), self.out32.data_ptr(),
                           self.workspace.data_ptr(), self.workspace.numel(), stream)
@@ -297,10 +303,11 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
             vr = torch.einsum("thd,hde->the", v.float(), rv)
             K = torch.cat([kc.float(), kr], 0).to(torch.bfloat16)
             V = torch.cat([vc.float(), vr], 0).to(torch.bfloat16)
-            ql = e - s
-            mask = torch.ones(ql, L, dtype=torch.bool, device=q.device).tril(diagonal=ctx)
+            if G > 1:
+                K, V = K.repeat_interleave(G, 1), V.repeat_interleave(G, 1)
+            # query i (position ctx + i) sees keys [0, ctx + i]: the causal mask aligned to the lower right, not materialized
             o = F.scaled_dot_product_attention(qr.to(torch.bfloat16).transpose(0, 1).unsqueeze(0), K.transpose(0, 1).unsqueeze(0),
-                                               V.transpose(0, 1).unsqueeze(0), attn_mask=mask, scale=self.scale, enable_gqa=G > 1)
+                                               V.transpose(0, 1).unsqueeze(0), attn_mask=causal_lower_right(e - s, L), scale=self.scale)
             o = o[0].transpose(0, 1).float()  # [ql, Hq, D] in the R_V frame
             out[s:e] = torch.einsum("the,hde->thd", o, rv.repeat_interleave(G, 0)).to(out.dtype)
 

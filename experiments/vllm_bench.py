@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""vllm_bench.py OUT [--dtypes auto,fp8,...] [--prompt N] [--output N] [--max-seqs N] [--layers N]: vLLM serving a
+Llama-3-8B-shaped model of dummy weights (hidden 4096, 32 layers, 32 query / 8 KV heads of head_dim 128, vocab 128256;
+--layers fewer for a quick look) with each kv_cache_dtype in turn, the same engine settings for all (CUDA graphs,
+chunked prefill, no prefix caching, gpu_memory_utilization 0.9, max_num_seqs): vLLM's own BF16 ("auto"), fp8,
+int4_per_token_head, turboquant_4bit_nc, and the oscar_kv plugin's oscar_cov_int2.
+
+Per dtype, in its own process:
+  * KV capacity in tokens as vLLM reports it (blocks x block size), and the concurrency that fits: requests of
+    prompt + output tokens that the capacity holds (capped by max_num_seqs);
+  * a decode-heavy load: that many requests of --prompt random token ids, up to --output greedy tokens each
+    (ignore_eos), all submitted at once and stepped through vLLM's engine: TTFT per request (submission to first
+    token; chunked prefills interleave with the decodes of requests already started), then --measure-steps decode
+    steps once every request is past its prefill (the whole batch decoding): output tokens/s and TPOT (mean step
+    time); then the requests are aborted (the decode budget only sizes the cache and keeps early requests running).
+Writes OUT/bench.json and OUT/bench.md (the table, ratios to BF16 and fp8); prints a line per dtype.
+Needs vLLM 0.26 importable (experiments/device/vllm_carry.sh run) and, for oscar_cov_int2, the oscar_kv package with its
+kernel library (OSCAR_KERNELS_LIB); rotations: random orthogonal (dummy weights)."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "vocab_size": 128256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "torch_dtype": "bfloat16", "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
+}
+
+CHILD = r'''
+import json, sys, time
+folder, dtype, prompt, output, max_seqs, util, measure = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6]), float(sys.argv[6]), int(sys.argv[7])
+if dtype.startswith("oscar"):
+    import oscar_kv.vllm
+    oscar_kv.vllm.register()
+from vllm import LLM, SamplingParams
+t0 = time.time()
+llm = LLM(model=folder, load_format="dummy", skip_tokenizer_init=True, dtype="bfloat16", kv_cache_dtype=dtype,
+          max_model_len=prompt + output, gpu_memory_utilization=util, max_num_seqs=max_seqs, enable_prefix_caching=False,
+          seed=0)
+init_s = time.time() - t0
+cc = llm.llm_engine.vllm_config.cache_config
+cap = cc.num_gpu_blocks * cc.block_size
+fits = min(max_seqs, cap // (prompt + output))
+engine = llm.llm_engine
+sp = SamplingParams(temperature=0.0, max_tokens=output, ignore_eos=True, detokenize=False)
+t_sub = time.perf_counter()
+for i in range(fits):
+    engine.add_request(f"r{i}", {"prompt_token_ids": [(i * 7919 + 31 * t) % 120000 + 100 for t in range(prompt)]}, sp)
+first, steps = {}, []
+while engine.has_unfinished_requests():
+    a = time.perf_counter()
+    outs = engine.step()
+    b = time.perf_counter()
+    all_started = len(first) == fits
+    for o in outs:
+        if o.outputs[0].token_ids and o.request_id not in first:
+            first[o.request_id] = b - t_sub
+    if all_started:  # every request past its prefill: full-batch decode steps
+        steps.append((b - a, sum(1 for o in outs if o.outputs[0].token_ids)))
+        if len(steps) >= measure:
+            engine.abort_request([f"r{i}" for i in range(fits)])
+            break
+decode_s = sum(s for s, _ in steps)
+decode_tokens = sum(n for _, n in steps)
+ttft = sorted(first.values())
+print("RESULT " + json.dumps({"dtype": dtype, "init_s": init_s, "capacity_tokens": cap, "block_size": cc.block_size,
+      "num_gpu_blocks": cc.num_gpu_blocks, "concurrency": fits, "ttft_mean_s": sum(ttft) / max(len(ttft), 1),
+      "ttft_p50_s": ttft[len(ttft) // 2] if ttft else None, "ttft_max_s": ttft[-1] if ttft else None,
+      "decode_steps": len(steps), "decode_s": decode_s, "decode_tokens": decode_tokens,
+      "output_tok_s": decode_tokens / decode_s if decode_s else None, "tpot_ms": 1e3 * decode_s / len(steps) if steps else None,
+      "decode_batch_mean": decode_tokens / len(steps) if steps else None, "total_s": time.perf_counter() - t_sub}))
+'''
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("--dtypes", default="auto,fp8,int4_per_token_head,turboquant_4bit_nc,oscar_cov_int2")
+    ap.add_argument("--prompt", type=int, default=32768)
+    ap.add_argument("--output", type=int, default=2048, help="decode budget per request (sizes max_model_len and the concurrency)")
+    ap.add_argument("--measure-steps", type=int, default=32, help="decode steps timed once every request is past its prefill")
+    ap.add_argument("--max-seqs", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--util", type=float, default=0.9)
+    ap.add_argument("--timeout", type=int, default=540)
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    cfg = dict(CONFIG, num_hidden_layers=a.layers, max_position_embeddings=max(131072, a.prompt + a.output))
+    path = os.path.join(a.out, "bench.json")
+    res = json.load(open(path)) if os.path.exists(path) else {"config": cfg, "settings": vars(a), "runs": {}}
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        for dtype in a.dtypes.split(","):
+            env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+            env.setdefault("OSCAR_KV_ROTATIONS", "random")
+            t0 = time.time()
+            try:
+                p = subprocess.run([sys.executable, "-c", CHILD, d, dtype, str(a.prompt), str(a.output), str(a.max_seqs), str(a.util),
+                                    str(a.measure_steps)],
+                                   capture_output=True, text=True, timeout=a.timeout, env=env)
+                rc, text = p.returncode, p.stdout + p.stderr
+            except subprocess.TimeoutExpired as e:
+                rc, text = "timeout", ((e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace"))
+            line = next((l for l in text.splitlines() if l.startswith("RESULT ")), None)
+            r = json.loads(line[7:]) if line else {"dtype": dtype}
+            r.update(rc=rc, wall_s=round(time.time() - t0, 1), prompt=a.prompt, output=a.output, layers=a.layers)
+            if not line:
+                r["log_tail"] = text[-3000:]
+            res["runs"][dtype] = r
+            with open(os.path.join(a.out, f"{dtype}.log"), "w") as f:
+                f.write(text)
+            with open(path, "w") as f:
+                json.dump(res, f, indent=1)
+            if line:
+                print(f"{dtype}: capacity {r['capacity_tokens']} tokens, {r['concurrency']} concurrent, TTFT mean {r['ttft_mean_s']:.1f} s, "
+                      f"decode {r['output_tok_s']:.0f} tok/s, TPOT {r['tpot_ms']:.1f} ms ({r['wall_s']} s)", flush=True)
+            else:
+                print(f"{dtype}: rc {rc} ({r['wall_s']} s); log tail:\n{text[-2500:]}", flush=True)
+    write_md(res, os.path.join(a.out, "bench.md"))
+
+
+def write_md(res, path):
+    runs = res["runs"]
+    base, fp8 = runs.get("auto", {}), runs.get("fp8", {})
+
+    def ratio(r, b, k):
+        return f"{r[k] / b[k]:.2f}x" if r.get(k) and b.get(k) else "-"
+    s = res["settings"]
+    lines = [f"Llama-3-8B-shaped ({res['config']['num_hidden_layers']} layers, dummy weights), prompts {s['prompt']} + {s['output']} "
+             f"output tokens, max_num_seqs {s['max_seqs']}, gpu_memory_utilization {s['util']}:", "",
+             "| kv_cache_dtype | KV capacity (tokens) | vs BF16 | vs fp8 | concurrency | TTFT mean (s) | output tok/s | vs BF16 | vs fp8 | TPOT (ms) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for k, r in runs.items():
+        if not r.get("capacity_tokens"):
+            lines.append(f"| {k} | failed (rc {r.get('rc')}) | | | | | | | | |")
+            continue
+        lines.append(f"| {k} | {r['capacity_tokens']:,} | {ratio(r, base, 'capacity_tokens')} | {ratio(r, fp8, 'capacity_tokens')} | "
+                     f"{r['concurrency']} | {r['ttft_mean_s']:.1f} | {r['output_tok_s']:.0f} | {ratio(r, base, 'output_tok_s')} | "
+                     f"{ratio(r, fp8, 'output_tok_s')} | {r['tpot_ms']:.1f} |")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
