@@ -6,7 +6,7 @@ formulas of cov_paged_format.h) for every compiled head_dim and bit width and se
 design's Llama-3-8B table (kernels/SERVING_ENGINES.md: 147,456 B pages, 7.11x BF16); slot and code-address arithmetic;
 the version check (0.26.x only) and the refusals (MLA, sliding windows, head_dim, fp16, ALiBi, prefix caching,
 speculative decoding, page sizes), each one line naming the fix; `import oscar_kv.vllm` without vLLM raises one
-ImportError line. Exit 0 passed, 1 failed, 77 library not built.
+ImportError line; pip install's build carries oscar_kv/vllm and registers the `vllm.general_plugins` entry point. Exit 0 passed, 1 failed, 77 library not built.
 """
 import subprocess
 import sys
@@ -106,7 +106,22 @@ def main():
     line = r.stdout.strip()
     check(line.startswith("IMPORT-ERROR oscar_kv.vllm: vLLM is not installed") and "vllm==0.26.0" in line and "\n" not in line,
           f"import without vLLM: {line!r} {r.stderr[-300:]!r}")
-    print(f"{n} layouts against the C sizes; refusals and arithmetic checked")
+    # Packaging: pip install's build carries the plugin subpackage, and the metadata names vLLM's entry point.
+    import shutil
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as src:
+        shutil.copytree(ROOT / "kernels" / "python", src, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OSCAR_")}
+        env["OSCAR_BUILD"] = str(lib_path.resolve().parent.parent)
+        r = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", tmp, "egg_info", "--egg-base", tmp],
+                           capture_output=True, text=True, cwd=src, env=env)
+        eps = list(Path(tmp).glob("*.egg-info/entry_points.txt"))
+        text = eps[0].read_text() if eps else ""
+        check(r.returncode == 0 and (Path(tmp) / "oscar_kv" / "vllm" / "backend.py").is_file() and
+              "[vllm.general_plugins]" in text and "oscar_kv.vllm.plugin:register" in text,
+              f"setup.py build_py / egg_info: rc {r.returncode}, entry points {text!r}, {r.stderr[-300:]!r}")
+    print(f"{n} layouts against the C sizes; refusals, arithmetic and packaging checked")
     if failures:
         print(f"FAILED: {len(failures)} check(s)")
         return 1
