@@ -1,5 +1,5 @@
 // test_kv_api_errors.cpp: the KV-cache C API (oscar_kv.h) rejects bad input with a status and a message
-// before touching the GPU, so these checks run on CPU-only machines too: both formats, prefill, append,
+// before touching the GPU, so these checks run on CPU-only machines too: both formats, the paged oscar-cov cache, prefill, append,
 // decode, and the BF16 baseline. Pointers are host addresses that are never dereferenced (every call
 // here fails validation before a launch).
 #include <catch2/catch.hpp>
@@ -226,4 +226,59 @@ TEST_CASE("format units: allocation sizes and argument checks", "[kv_api]") {
   CHECK(oscar_cov_cache_destroy(nullptr, &e) == OSCAR_ERR_INVALID_ARGUMENT);
   oscar_cov_cache empty{};
   CHECK(oscar_cov_cache_destroy(&empty, &e) == OSCAR_OK);
+}
+
+TEST_CASE("paged oscar-cov C API rejects bad input with a message", "[kv_api]") {
+  Fake f;
+  oscar_cov_paged c{};
+  c.num_kv_heads = 2; c.head_dim = 128; c.bits = 2; c.sink = 64; c.recent = 256; c.page_tokens = 256; c.num_pages = 4;
+  c.page_stride = oscar_cov_paged_page_bytes(256, 2, 128, 2); c.num_window_slots = 2;
+  oscar_cov_paged_default_rule(&c);
+  c.pages = f.at(0); c.k_sink = f.at(256); c.v_sink = f.at(512); c.k_recent = f.at(768); c.v_recent = f.at(1024);
+  const int32_t* i32 = static_cast<const int32_t*>(f.at(1280));
+  oscar_paged_batch b{2, i32, i32, i32, 4, i32, 0};
+  const int64_t* slots = static_cast<const int64_t*>(f.at(1536));
+  float* out = static_cast<float*>(f.at(2048));
+  oscar_error e{};
+  auto decode = [&](const oscar_cov_paged& cc, const oscar_paged_batch& bb) {
+    return oscar_cov_paged_decode(&cc, nullptr, &bb, f.at(1792), 4, 1024, 0.1f, out, f.at(2304), 1 << 20, nullptr, &e);
+  };
+  auto write = [&](const oscar_cov_paged& cc, const oscar_paged_batch& bb, int64_t stride) {
+    return oscar_cov_paged_write(&cc, nullptr, &bb, f.at(1792), f.at(1792), stride, stride, 3, slots, nullptr, &e);
+  };
+  oscar_cov_paged x = c;
+  x.page_tokens = 100;
+  CHECK(decode(x, b) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(e, "page_tokens=100"));
+  x = c;
+  x.head_dim = 96;
+  CHECK(decode(x, b) == OSCAR_ERR_UNSUPPORTED);
+  CHECK(says(e, "head_dim=96"));
+  x = c;
+  x.page_stride -= 16;
+  CHECK(decode(x, b) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(e, "page_stride"));
+  x = c;
+  x.sink = 32;
+  CHECK(write(x, b, 256) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(e, "sink=32"));
+  x = c;
+  x.pages = nullptr;
+  CHECK(write(x, b, 256) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(e, "cache->pages is NULL"));
+  oscar_paged_batch y = b;
+  y.split_tokens = 100;
+  CHECK(decode(c, y) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(e, "split_tokens=100"));
+  y = b;
+  y.block_table = nullptr;
+  CHECK(decode(c, y) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(e, "block_table"));
+  y = b;
+  y.query_start_loc = nullptr;
+  CHECK(write(c, y, 256) == OSCAR_ERR_INVALID_ARGUMENT);
+  CHECK(says(e, "query_start_loc"));
+  CHECK(write(c, b, 200) == OSCAR_ERR_INVALID_ARGUMENT);  // a token row holds Hkv * head_dim = 256 values
+  CHECK(says(e, "k_token_stride=200"));
+  CHECK(oscar_cov_paged_workspace_bytes(2, 4, 2, 128, 1024, 100) == 0);
 }
