@@ -27,7 +27,7 @@ from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from . import _capi
+from . import _capi, rotations
 from .cache import CovKvCache, KernelRotation, OmniKvCache
 from .hf_dump import model_attention
 
@@ -295,31 +295,10 @@ def _ranges(ls):
 
 def load_rotations(path, model, per_head=False):
     """Per layer (R_K, R_V) float32 tensors [n][d][d] from an oscar-rotate file, checked against `model`."""
-    import h5py
     cfg = model.config.get_text_config(decoder=True)
     D = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise ValueError(f"{path}: cannot open the rotations file ({e}); make it with oscar-rotate") from None
-    with f:
-        a = f.attrs
-        if a.get("format") != "oscar-kernel-rotations":
-            raise ValueError(f"{path}: not an oscar-rotate file (format {a.get('format')!r}); make it with oscar-rotate")
-        if int(a["n_layers"]) != cfg.num_hidden_layers or int(a["head_dim"]) != D:
-            raise ValueError(f"{path}: rotations for {int(a['n_layers'])} layers of head_dim {int(a['head_dim'])}, the model "
-                             f"has {cfg.num_hidden_layers} of head_dim {D}; calibrate on this model")
-        if bool(int(a.get("per_kv_head", 0))) != per_head:
-            raise ValueError(f"{path}: rotations per {'KV head' if int(a.get('per_kv_head', 0)) else 'layer'}; recipe "
-                             f"{'oscar-cov-head' if per_head else 'oscar-cov'} needs them per "
-                             f"{'KV head' if per_head else 'layer'}")
-        if a.get("key_kind") != "matrix" or a.get("value_kind") != "matrix":
-            raise ValueError(f"{path}: kinds {a.get('key_kind')}/{a.get('value_kind')}; oscar-cov needs matrices")
-        out = []
-        for i in range(cfg.num_hidden_layers):
-            g = f[f"layer_{i:03d}"]
-            out.append((torch.from_numpy(g["key_rotation"][...]), torch.from_numpy(g["value_rotation"][...])))
-    return out
+    with rotations.open_checked(path, cfg.num_hidden_layers, D, per_head=per_head) as f:
+        return [tuple(torch.from_numpy(m) for m in rotations.layer(f, i)) for i in range(cfg.num_hidden_layers)]
 
 
 def tool_path(name):

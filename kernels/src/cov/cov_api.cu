@@ -23,6 +23,25 @@ const CovKernels* cov_kernels(int head_dim, int bits) {
   return nullptr;
 }
 
+oscar_status check_cov_rule(float clip_k, float clip_v, int32_t clip_mode, int32_t rounding, int head_dim, const char* fn, oscar_error* err,
+                            CovView& v) {
+  if (!(clip_k > 0.0f && clip_k <= 1.0f) || !(clip_v > 0.0f && clip_v <= 1.0f))
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->clip_k=%g clip_v=%g must be in (0, 1]", fn, clip_k, clip_v);
+  if (clip_mode != OSCAR_CLIP_RATIO && clip_mode != OSCAR_CLIP_QUANTILE)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->clip_mode=%d is neither OSCAR_CLIP_RATIO (0) nor OSCAR_CLIP_QUANTILE (1)", fn,
+                     clip_mode);
+  if (rounding != OSCAR_ROUND_HALF_EVEN && rounding != OSCAR_ROUND_HALF_AWAY)
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->rounding=%d is neither OSCAR_ROUND_HALF_EVEN (0) nor OSCAR_ROUND_HALF_AWAY (1)",
+                     fn, rounding);
+  const bool quantile = clip_mode == OSCAR_CLIP_QUANTILE;
+  v.clip_k = quantile ? 1.0f : clip_k;
+  v.clip_v = quantile ? 1.0f : clip_v;
+  v.quantile_k = quantile ? quantile_clip_index(clip_k, head_dim) : -1;
+  v.quantile_v = quantile ? quantile_clip_index(clip_v, head_dim) : -1;
+  v.rounding = static_cast<Rounding>(rounding);
+  return OSCAR_OK;
+}
+
 namespace {
 
 oscar_status check_cache(const oscar_cov_cache* c, const char* fn, oscar_error* err, CovView& v, const CovKernels*& ops) {
@@ -46,21 +65,9 @@ oscar_status check_cache(const oscar_cov_cache* c, const char* fn, oscar_error* 
   }
   if (c->arrivals && !api::aligned(c->arrivals, 4))
     return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: cache->arrivals %p is not 4-byte aligned", fn, static_cast<const void*>(c->arrivals));
-  if (!(c->clip_k > 0.0f && c->clip_k <= 1.0f) || !(c->clip_v > 0.0f && c->clip_v <= 1.0f))
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->clip_k=%g clip_v=%g must be in (0, 1]", fn, c->clip_k, c->clip_v);
-  if (c->clip_mode != OSCAR_CLIP_RATIO && c->clip_mode != OSCAR_CLIP_QUANTILE)
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->clip_mode=%d is neither OSCAR_CLIP_RATIO (0) nor OSCAR_CLIP_QUANTILE (1)", fn,
-                     c->clip_mode);
-  if (c->rounding != OSCAR_ROUND_HALF_EVEN && c->rounding != OSCAR_ROUND_HALF_AWAY)
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->rounding=%d is neither OSCAR_ROUND_HALF_EVEN (0) nor OSCAR_ROUND_HALF_AWAY (1)",
-                     fn, c->rounding);
+  oscar_status st = check_cov_rule(c->clip_k, c->clip_v, c->clip_mode, c->rounding, c->head_dim, fn, err, v);
+  if (st != OSCAR_OK) return st;
   v.B = c->batch; v.Hkv = c->num_kv_heads; v.S = c->sink; v.W = c->recent; v.cap = c->body_capacity;
-  const bool quantile = c->clip_mode == OSCAR_CLIP_QUANTILE;
-  v.clip_k = quantile ? 1.0f : c->clip_k;
-  v.clip_v = quantile ? 1.0f : c->clip_v;
-  v.quantile_k = quantile ? quantile_clip_index(c->clip_k, c->head_dim) : -1;
-  v.quantile_v = quantile ? quantile_clip_index(c->clip_v, c->head_dim) : -1;
-  v.rounding = static_cast<Rounding>(c->rounding);
   v.ks = static_cast<uint16_t*>(c->k_sink); v.vs = static_cast<uint16_t*>(c->v_sink);
   v.kr = static_cast<uint16_t*>(c->k_recent); v.vr = static_cast<uint16_t*>(c->v_recent);
   v.kc = static_cast<uint8_t*>(c->k_codes); v.vc = static_cast<uint8_t*>(c->v_codes);

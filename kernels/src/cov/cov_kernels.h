@@ -61,6 +61,10 @@ struct CovKernels {
   oscar_status (*decode)(const CovView&, const DecodeArgs&, cudaStream_t, oscar_error*);
   oscar_status (*paged_write)(const CovView&, const RotArgs&, const PagedWriteArgs&, cudaStream_t, oscar_error*);
 };
+// The row rule of a cache's fields (clip_k, clip_v, clip_mode, rounding) checked into v's rule fields (both cache kinds).
+oscar_status check_cov_rule(float clip_k, float clip_v, int32_t clip_mode, int32_t rounding, int head_dim, const char* fn, oscar_error* err,
+                            CovView& v);
+
 // The entry of (head_dim, bits), or nullptr when that shape is not compiled.
 const CovKernels* cov_kernels(int head_dim, int bits);
 

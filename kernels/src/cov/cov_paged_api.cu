@@ -39,22 +39,10 @@ oscar_status check_paged(const oscar_cov_paged* c, const char* fn, oscar_error* 
     if (ptrs[i] && !api::aligned(ptrs[i], 16))
       return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: cache->%s %p is not 16-byte aligned", fn, names[i], ptrs[i]);
   }
-  if (!(c->clip_k > 0.0f && c->clip_k <= 1.0f) || !(c->clip_v > 0.0f && c->clip_v <= 1.0f))
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->clip_k=%g clip_v=%g must be in (0, 1]", fn, c->clip_k, c->clip_v);
-  if (c->clip_mode != OSCAR_CLIP_RATIO && c->clip_mode != OSCAR_CLIP_QUANTILE)
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->clip_mode=%d is neither OSCAR_CLIP_RATIO (0) nor OSCAR_CLIP_QUANTILE (1)", fn,
-                     c->clip_mode);
-  if (c->rounding != OSCAR_ROUND_HALF_EVEN && c->rounding != OSCAR_ROUND_HALF_AWAY)
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache->rounding=%d is neither OSCAR_ROUND_HALF_EVEN (0) nor OSCAR_ROUND_HALF_AWAY (1)",
-                     fn, c->rounding);
   v = CovView{};
+  oscar_status st = check_cov_rule(c->clip_k, c->clip_v, c->clip_mode, c->rounding, c->head_dim, fn, err, v);
+  if (st != OSCAR_OK) return st;
   v.Hkv = c->num_kv_heads; v.S = c->sink; v.W = c->recent; v.cap = 0;
-  const bool quantile = c->clip_mode == OSCAR_CLIP_QUANTILE;
-  v.clip_k = quantile ? 1.0f : c->clip_k;
-  v.clip_v = quantile ? 1.0f : c->clip_v;
-  v.quantile_k = quantile ? quantile_clip_index(c->clip_k, c->head_dim) : -1;
-  v.quantile_v = quantile ? quantile_clip_index(c->clip_v, c->head_dim) : -1;
-  v.rounding = static_cast<Rounding>(c->rounding);
   v.ks = static_cast<uint16_t*>(c->k_sink); v.vs = static_cast<uint16_t*>(c->v_sink);
   v.kr = static_cast<uint16_t*>(c->k_recent); v.vr = static_cast<uint16_t*>(c->v_recent);
   v.pages = static_cast<uint8_t*>(c->pages);
@@ -134,8 +122,8 @@ extern "C" void oscar_cov_paged_default_rule(oscar_cov_paged* c) {
   if (!c) return;
   c->clip_k = covfmt::kClipK;
   c->clip_v = covfmt::kClipV;
-  c->clip_mode = covfmt::default_clip_mode(c->bits) == ClipMode::Quantile ? OSCAR_CLIP_QUANTILE : OSCAR_CLIP_RATIO;
-  c->rounding = covfmt::kRounding == Rounding::HalfAway ? OSCAR_ROUND_HALF_AWAY : OSCAR_ROUND_HALF_EVEN;
+  c->clip_mode = static_cast<int32_t>(covfmt::default_clip_mode(c->bits));  // as oscar_cov_cache_create sets them
+  c->rounding = static_cast<int32_t>(covfmt::kRounding);
 }
 
 extern "C" oscar_status oscar_cov_paged_write(const oscar_cov_paged* cache, const oscar_rotation* rotation, const oscar_paged_batch* batch,

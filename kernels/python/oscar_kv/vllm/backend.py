@@ -24,7 +24,7 @@ from vllm.v1.attention.backend import (AttentionBackend, AttentionCGSupport, Att
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 
-from .. import _capi, paged
+from .. import _capi, paged, rotations
 
 
 class _StepState:
@@ -67,24 +67,8 @@ def _load_rotations(layer_index, num_layers, num_kv_heads, head_dim):
             q, r = torch.linalg.qr(torch.randn(num_kv_heads, head_dim, head_dim, generator=g, dtype=torch.float64))
             mats.append((q * torch.sign(torch.diagonal(r, dim1=1, dim2=2)).unsqueeze(1)).float())
         return mats[0], mats[1]
-    import h5py
-    try:
-        f = h5py.File(src, "r")
-    except OSError as e:
-        raise paged.Unsupported(f"{src}: cannot open the rotations file ({e}); make it with oscar-rotate") from None
-    with f:
-        a = f.attrs
-        if a.get("format") != "oscar-kernel-rotations":
-            raise paged.Unsupported(f"{src}: not an oscar-rotate file; make it with oscar-rotate")
-        if int(a["head_dim"]) != head_dim or int(a["n_layers"]) != num_layers:
-            raise paged.Unsupported(f"{src}: rotations for {int(a['n_layers'])} layers of head_dim {int(a['head_dim'])}, "
-                                    f"the model has {num_layers} of head_dim {head_dim}: a file of another model; "
-                                    "calibrate on this model with oscar-rotate")
-        if a.get("key_kind") != "matrix" or a.get("value_kind") != "matrix":
-            raise paged.Unsupported(f"{src}: rotation kinds {a.get('key_kind')}/{a.get('value_kind')}; oscar_cov needs the "
-                                    "matrices of oscar-rotate --recipe oscar-cov (or oscar-cov-head)")
-        g = f[f"layer_{layer_index:03d}"]
-        rk, rv = (torch.from_numpy(g[n][...]).float() for n in ("key_rotation", "value_rotation"))
+    with rotations.open_checked(src, num_layers, head_dim, error=paged.Unsupported) as f:
+        rk, rv = (torch.from_numpy(m).float() for m in rotations.layer(f, layer_index))
     if rk.dim() == 2:
         rk, rv = rk.unsqueeze(0), rv.unsqueeze(0)
     if rk.shape[0] not in (1, num_kv_heads):
@@ -225,6 +209,7 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         self.workspace = torch.empty(ws, dtype=torch.uint8, device=dev)
         self.out32 = torch.empty(self.max_num_seqs, num_heads, D, dtype=torch.float32, device=dev)
         self.rot = None
+        self._view = None  # (pool address, oscar_cov_paged)
 
     def bind_layer(self, layer_index, num_layers):
         """Loads this layer's rotations (from plugin.py's spec hook, before KV allocation and graph capture)."""
@@ -236,6 +221,9 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         self.rot = _capi.Rotation(_capi.ROTATION_MATRIX, int(self.rk.shape[0] > 1), self.rk.data_ptr(), self.rv.data_ptr())
 
     def _cache(self, kv_cache):
+        """The oscar_cov_paged view of this layer's page pool (built once: vLLM keeps the pool for the engine's life)."""
+        if self._view is not None and self._view[0] == kv_cache.data_ptr():
+            return self._view[1]
         c = _capi.CovPaged()
         c.num_kv_heads, c.head_dim, c.bits = self.num_kv_heads, self.head_size, self.bits
         c.sink, c.recent, c.page_tokens = paged.SINK, paged.RECENT, self.page_tokens(kv_cache)
@@ -244,6 +232,7 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         self.lib.oscar_cov_paged_default_rule(C.byref(c))
         c.pages, c.k_sink, c.v_sink = kv_cache.data_ptr(), self.k_sink.data_ptr(), self.v_sink.data_ptr()
         c.k_recent, c.v_recent = self.k_recent.data_ptr(), self.v_recent.data_ptr()
+        self._view = (kv_cache.data_ptr(), c)
         return c
 
     def page_tokens(self, kv_cache):
