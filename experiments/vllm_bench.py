@@ -12,7 +12,9 @@ Per dtype, in its own process:
     (ignore_eos), all submitted at once and stepped through vLLM's engine: TTFT per request (submission to first
     token; chunked prefills interleave with the decodes of requests already started), then --measure-steps decode
     steps once every request is past its prefill (the whole batch decoding): output tokens/s and TPOT (mean step
-    time); then the requests are aborted (the decode budget only sizes the cache and keeps early requests running).
+    time); then --profile-steps more under the torch profiler: the step's GPU time by kernel kind (attention, KV write,
+    GEMM, other; kernels inside CUDA graphs included); then the requests are aborted (the decode budget only sizes the
+    cache and keeps early requests running).
 Writes OUT/bench.json and OUT/bench.md (the table, ratios to BF16 and fp8); prints a line per dtype.
 Needs vLLM 0.26 importable (experiments/device/vllm_carry.sh run) and, for oscar_cov_int2, the oscar_kv package with its
 kernel library (OSCAR_KERNELS_LIB); rotations: random orthogonal (dummy weights)."""
@@ -33,7 +35,7 @@ CONFIG = {
 
 CHILD = r'''
 import json, sys, time
-folder, dtype, prompt, output, max_seqs, util, measure = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6]), float(sys.argv[6]), int(sys.argv[7])
+folder, dtype, prompt, output, max_seqs, util, measure, profile = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6]), float(sys.argv[6]), int(sys.argv[7]), int(sys.argv[8])
 if dtype.startswith("oscar"):
     import oscar_kv.vllm
     oscar_kv.vllm.register()
@@ -51,7 +53,39 @@ sp = SamplingParams(temperature=0.0, max_tokens=output, ignore_eos=True, detoken
 t_sub = time.perf_counter()
 for i in range(fits):
     engine.add_request(f"r{i}", {"prompt_token_ids": [(i * 7919 + 31 * t) % 120000 + 100 for t in range(prompt)]}, sp)
-first, steps = {}, []
+first, steps, split = {}, [], None
+
+def profile_steps(engine, n):
+    """GPU time of n more full-batch steps by kernel kind (torch profiler; kernels inside CUDA graphs included)."""
+    import re
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    kinds = [("kv write", r"paged_write|reshape_and_cache|cache_kernel|append_kernel|quantize"),  # before "flash"
+             ("attention", r"decode_kernel|combine|merge|flash|fmha|attn|attention|split_kv"),
+             ("GEMM", r"gemm|nvjet|cutlass|xmma|cublas|matmul|sm90_|wgmma")]
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as pr:
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            engine.step()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t
+    ms = {k: 0.0 for k, _ in kinds}
+    ms["other kernels"] = 0.0
+    top = {}
+    for e in pr.key_averages():
+        if getattr(e, "device_type", None) != DeviceType.CUDA:
+            continue
+        us = getattr(e, "self_device_time_total", None)
+        us = us if us is not None else e.self_cuda_time_total
+        kind = next((k for k, rx in kinds if re.search(rx, e.key, re.I)), "other kernels")
+        ms[kind] += us / 1e3 / n
+        top[e.key[:80]] = top.get(e.key[:80], 0) + us / 1e3 / n
+    busy = sum(ms.values())
+    return {"steps": n, "wall_ms_per_step_profiled": 1e3 * wall / n, "gpu_ms_per_step": ms, "gpu_busy_ms": busy,
+            "top_kernels_ms": dict(sorted(top.items(), key=lambda kv: -kv[1])[:8])}
+
 while engine.has_unfinished_requests():
     a = time.perf_counter()
     outs = engine.step()
@@ -63,6 +97,10 @@ while engine.has_unfinished_requests():
     if all_started:  # every request past its prefill: full-batch decode steps
         steps.append((b - a, sum(1 for o in outs if o.outputs[0].token_ids)))
         if len(steps) >= measure:
+            try:
+                split = profile_steps(engine, profile) if profile else None
+            except Exception as e:  # the timing stands without its split
+                split = {"error": f"{type(e).__name__}: {e}"}
             engine.abort_request([f"r{i}" for i in range(fits)])
             break
 decode_s = sum(s for s, _ in steps)
@@ -73,7 +111,7 @@ print("RESULT " + json.dumps({"dtype": dtype, "init_s": init_s, "capacity_tokens
       "ttft_p50_s": ttft[len(ttft) // 2] if ttft else None, "ttft_max_s": ttft[-1] if ttft else None,
       "decode_steps": len(steps), "decode_s": decode_s, "decode_tokens": decode_tokens,
       "output_tok_s": decode_tokens / decode_s if decode_s else None, "tpot_ms": 1e3 * decode_s / len(steps) if steps else None,
-      "decode_batch_mean": decode_tokens / len(steps) if steps else None, "total_s": time.perf_counter() - t_sub}))
+      "decode_batch_mean": decode_tokens / len(steps) if steps else None, "total_s": time.perf_counter() - t_sub, "split": split}))
 '''
 
 
@@ -85,6 +123,8 @@ def main():
     ap.add_argument("--output", type=int, default=2048, help="decode budget per request (sizes max_model_len and the concurrency)")
     ap.add_argument("--measure-steps", type=int, default=32, help="decode steps timed once every request is past its prefill")
     ap.add_argument("--max-seqs", type=int, default=128)
+    ap.add_argument("--profile-steps", type=int, default=4, help="full-batch steps profiled after the timed ones: the step's GPU time "
+                    "by kernel kind (attention, KV write, GEMM, other); 0: none")
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--util", type=float, default=0.9)
     ap.add_argument("--timeout", type=int, default=540)
@@ -102,14 +142,14 @@ def main():
             t0 = time.time()
             try:
                 p = subprocess.run([sys.executable, "-c", CHILD, d, dtype, str(a.prompt), str(a.output), str(a.max_seqs), str(a.util),
-                                    str(a.measure_steps)],
+                                    str(a.measure_steps), str(a.profile_steps)],
                                    capture_output=True, text=True, timeout=a.timeout, env=env)
                 rc, text = p.returncode, p.stdout + p.stderr
             except subprocess.TimeoutExpired as e:
                 rc, text = "timeout", ((e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace"))
             line = next((l for l in text.splitlines() if l.startswith("RESULT ")), None)
             r = json.loads(line[7:]) if line else {"dtype": dtype}
-            r.update(rc=rc, wall_s=round(time.time() - t0, 1), prompt=a.prompt, output=a.output, layers=a.layers)
+            r.update(rc=rc, wall_s=round(time.time() - t0, 1), prompt=a.prompt, output=a.output, layers=a.layers, max_seqs=a.max_seqs)
             if not line:
                 r["log_tail"] = text[-3000:]
             res["runs"][dtype] = r
@@ -120,6 +160,10 @@ def main():
             if line:
                 print(f"{dtype}: capacity {r['capacity_tokens']} tokens, {r['concurrency']} concurrent, TTFT mean {r['ttft_mean_s']:.1f} s, "
                       f"decode {r['output_tok_s']:.0f} tok/s, TPOT {r['tpot_ms']:.1f} ms ({r['wall_s']} s)", flush=True)
+                if (r.get("split") or {}).get("gpu_ms_per_step"):
+                    g = r["split"]["gpu_ms_per_step"]
+                    print(f"  step GPU time (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in g.items()) +
+                          f"; busy {r['split']['gpu_busy_ms']:.1f} of TPOT {r['tpot_ms']:.1f}", flush=True)
             else:
                 print(f"{dtype}: rc {rc} ({r['wall_s']} s); log tail:\n{text[-2500:]}", flush=True)
     write_md(res, os.path.join(a.out, "bench.md"))
@@ -138,11 +182,23 @@ def write_md(res, path):
              "|---|---|---|---|---|---|---|---|---|---|"]
     for k, r in runs.items():
         if not r.get("capacity_tokens"):
-            lines.append(f"| {k} | failed (rc {r.get('rc')}) | | | | | | | | |")
+            lines.append(f"| {k} | failed (rc {r.get('rc')}){': ' + r['note'] if r.get('note') else ''} | | | | | | | | |")
             continue
+        fits = r["capacity_tokens"] // (s["prompt"] + s["output"])
+        conc = f"{r['concurrency']}" + (f" of {fits} that fit" if fits > r["concurrency"] else "")
         lines.append(f"| {k} | {r['capacity_tokens']:,} | {ratio(r, base, 'capacity_tokens')} | {ratio(r, fp8, 'capacity_tokens')} | "
-                     f"{r['concurrency']} | {r['ttft_mean_s']:.1f} | {r['output_tok_s']:.0f} | {ratio(r, base, 'output_tok_s')} | "
+                     f"{conc} | {r['ttft_mean_s']:.1f} | {r['output_tok_s']:.0f} | {ratio(r, base, 'output_tok_s')} | "
                      f"{ratio(r, fp8, 'output_tok_s')} | {r['tpot_ms']:.1f} |")
+    split = [(k, r) for k, r in runs.items() if (r.get("split") or {}).get("gpu_ms_per_step")]
+    if split:
+        kinds = list(split[0][1]["split"]["gpu_ms_per_step"])
+        lines += ["", "Step time split (full-batch decode steps under the torch profiler; GPU time per step; host: TPOT minus GPU busy, "
+                  "the time the GPU waits on the scheduler and Python):", "",
+                  "| kv_cache_dtype | TPOT (ms) | " + " | ".join(kinds) + " | GPU busy | host |", "|---" * (len(kinds) + 4) + "|"]
+        for k, r in split:
+            g = r["split"]["gpu_ms_per_step"]
+            lines.append(f"| {k} | {r['tpot_ms']:.1f} | " + " | ".join(f"{g[x]:.1f}" for x in kinds) +
+                         f" | {r['split']['gpu_busy_ms']:.1f} | {max(0.0, r['tpot_ms'] - r['split']['gpu_busy_ms']):.1f} |")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -10,6 +10,9 @@
 #include "oscar/02_model/formats/checkpoint.h"
 #include "oscar/01_core/error.h"
 #include "oscar/09_eval/eval.h"
+#include "oscar/09_eval/metrics.h"
+#include "oscar/09_eval/tables.h"
+#include <nlohmann/json.hpp>
 #include "oscar/02_model/tokenizers/passage.h"
 #include "oscar/08_cache/quantized_cache.h"
 #include "oscar/02_model/tokenizers/tokenizer.h"
@@ -142,6 +145,17 @@ TEST_CASE("oscar-eval on stories260K: fp16 ~ exact, 2-bit naive far worse than 4
   REQUIRE(r.greedy.size() == 6);
   CHECK(r.greedy[1].recipe == "fp16");
   CHECK(r.greedy[1].shared_prefix >= 8);  // fp16 rounding may flip a late argmax, rarely
+  // eval.json carries the ids another engine needs to evaluate the same passage and prompt (vllm_loss_check.py)
+  const nlohmann::json j = nlohmann::json::parse(eval_json(req, r));
+  REQUIRE(j["passage_ids"].size() == 160);
+  CHECK(j["passage_ids"][0] == r.passage_ids[0]);
+  CHECK(j["greedy_context_ids"].size() == r.greedy_context_ids.size());
+  CHECK(r.greedy_context_ids.size() > 12);
+  for (size_t i = 0; i < r.greedy.size(); ++i) {
+    CHECK(j["greedy"][i]["ids"].size() == 12);
+    CHECK(j["greedy"][i]["ids"].get<std::vector<int>>() == r.greedy[i].ids);
+  }
+  CHECK(shared_prefix(r.greedy[1].ids, r.greedy[0].ids) == r.greedy[1].shared_prefix);
   // Bad input: calibration passage equal to the evaluated one, or overlapping its lines.
   req.calib_offset = req.offset;
   CHECK_THROWS_WITH(run_eval(req), Catch::Contains("same data") && Catch::Contains("--calib-offset"));

@@ -6,7 +6,9 @@ formulas of cov_paged_format.h) for every compiled head_dim and bit width and se
 design's Llama-3-8B table (kernels/SERVING_ENGINES.md: 147,456 B pages, 7.11x BF16); slot and code-address arithmetic;
 the version check (0.26.x only) and the refusals (MLA, sliding windows, head_dim, fp16, ALiBi, prefix caching,
 speculative decoding, page sizes), each one line naming the fix; `import oscar_kv.vllm` without vLLM raises one
-ImportError line; pip install's build carries oscar_kv/vllm and registers the `vllm.general_plugins` entry point. Exit 0 passed, 1 failed, 77 library not built.
+ImportError line; pip install's build carries oscar_kv/vllm and registers the `vllm.general_plugins` entry point;
+experiments/device/vllm_loss_check.py reads oscar-eval's eval.json (and refuses one without token ids in one line).
+Exit 0 passed, 1 failed, 77 library not built.
 """
 import subprocess
 import sys
@@ -121,7 +123,34 @@ def main():
         check(r.returncode == 0 and (Path(tmp) / "oscar_kv" / "vllm" / "backend.py").is_file() and
               "[vllm.general_plugins]" in text and "oscar_kv.vllm.plugin:register" in text,
               f"setup.py build_py / egg_info: rc {r.returncode}, entry points {text!r}, {r.stderr[-300:]!r}")
-    print(f"{n} layouts against the C sizes; refusals, arithmetic and packaging checked")
+    # the engine loss check reads oscar-eval's eval.json (passage ids, greedy ids): its reader, and its refusal of an old file
+    import importlib.util
+    import json
+    import tempfile
+    spec = importlib.util.spec_from_file_location("vllm_loss_check", ROOT / "experiments" / "device" / "vllm_loss_check.py")
+    vlc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vlc)
+    ev = {"passage": "p", "passage_ids": [1, 5, 6, 7], "greedy_context_ids": [1, 9, 9],
+          "rows": [{"recipe": "fp16", "loss": 2.5, "dloss": {"mean": 0.0, "lo": 0, "hi": 0}, "quantized_share": None},
+                   {"recipe": "oscar-cov@2", "loss": 2.6, "dloss": {"mean": 0.125, "lo": 0.1, "hi": 0.15}, "quantized_share": 0.55}],
+          "greedy": [{"recipe": "full precision (fp32)", "ids": [3, 4], "generated": 2},
+                     {"recipe": "fp16", "ids": [3, 4], "generated": 2}, {"recipe": "oscar-cov@2", "ids": [3, 8], "generated": 2}]}
+    with tempfile.TemporaryDirectory() as tmp:
+        good, old = Path(tmp) / "e.json", Path(tmp) / "old.json"
+        good.write_text(json.dumps(ev))
+        old.write_text(json.dumps({k: v for k, v in ev.items() if k != "passage_ids"}))
+        c = vlc.cases_of([str(good)])
+        p0, g0 = c["passages"][0], c["greedy"][0]
+        check(p0["ids"] == [1, 5, 6, 7] and abs(p0["oe_loss_fp32"] - 2.475) < 1e-12 and p0["oe_dloss"] == 0.125 and
+              g0["context_ids"] == [1, 9, 9] and g0["oe_int2"] == [3, 8] and g0["oe_fp32"] == [3, 4] and g0["generate"] == 2,
+              f"vllm_loss_check.cases_of: {c}")
+        r = subprocess.run([sys.executable, "-c", "import importlib.util as u, sys; s = u.spec_from_file_location('m', sys.argv[1]); "
+                            "m = u.module_from_spec(s); s.loader.exec_module(m); m.cases_of([sys.argv[2]])",
+                            str(ROOT / "experiments" / "device" / "vllm_loss_check.py"), str(old)], capture_output=True, text=True)
+        check(r.returncode != 0 and "no passage_ids" in r.stderr and r.stderr.count("\n") == 1,
+              f"vllm_loss_check on an eval.json without passage_ids: rc {r.returncode}, {r.stderr!r}")
+        check(vlc.shared_prefix([1, 2, 3], [1, 2, 4]) == 2 and vlc.shared_prefix([1], [1]) == 1, "shared_prefix")
+    print(f"{n} layouts against the C sizes; refusals, arithmetic, packaging and the loss check's reader checked")
     if failures:
         print(f"FAILED: {len(failures)} check(s)")
         return 1

@@ -15,7 +15,11 @@
 #   last:   bash /tmp/smollm2/smollm2_gpu.sh stash build-smollm2-N-1 && bash /tmp/smollm2/smollm2_gpu.sh eval $OUT
 #           (or ... hf $OUT: the same weights through transformers + oscar_kv.hf against oscar-eval;
 #            or ... vllm $OUT ROTATIONS TASKS: vLLM serving the same weights through the oscar_kv plugin, beside its BF16
-#            cache, on an oscar-tasks file (vllm_carry.sh's stash must be on the machine: experiments/device/vllm_plugin_check.py))
+#            cache, on an oscar-tasks file (vllm_carry.sh's stash must be on the machine: experiments/device/vllm_plugin_check.py);
+#            or ... vllm-loss $OUT ROTATIONS EVAL_JSON...: oscar-eval's passages and greedy prompts decoded token by token in
+#            the engine (experiments/device/vllm_loss_check.py); ... vllm-memcheck $OUT ROTATIONS: compute-sanitizer memcheck
+#            of the plugin's kernels in a short engine run; ... vllm-pip $OUT ROTATIONS: pip install of kernels/python into
+#            a private folder, then an engine run that loads the plugin only through its vllm.general_plugins entry point)
 # Subcommands:
 #   split PREFIX DEV_TAR DUMP [FIRST PART]  (DEV_TAR, DUMP: - for none) xz the GGUF (MODEL, default data/models/SmolLM2-135M-Instruct.Q4_1.gguf);
 #        PREFIX0 gets DEV_TAR, DUMP (xz), this script, a manifest and the stream's first FIRST bytes (default
@@ -160,17 +164,42 @@ eval)
   echo "eval: oscar-omni rc=$orc"
   [ "$rc" = 0 ]
   ;;
-vllm)
-  [ $# -ge 3 ] || die "usage: smollm2_gpu.sh vllm OUT ROTATIONS TASKS"
-  out=$1; rot=$(realpath "$2"); tasks=$(realpath "$3"); mkdir -p "$out"; join_gguf
-  [ -f "$rot" ] && [ -f "$tasks" ] || die "$rot or $tasks: no such file (oscar-rotate and oscar-tasks make them)"
+vllm|vllm-loss|vllm-memcheck|vllm-pip)
+  [ $# -ge 2 ] || die "usage: smollm2_gpu.sh $cmd OUT ROTATIONS [TASKS | EVAL_JSON...]"
+  out=$1; rot=$(realpath "$2"); shift 2; mkdir -p "$out"; join_gguf
+  [ -f "$rot" ] || die "$rot: no such file (oscar-rotate makes it)"
   export PYTHONPATH="$root/kernels/python:$stash/pylib${PYTHONPATH:+:$PYTHONPATH}" OSCAR_KERNELS_LIB=${OSCAR_KERNELS_LIB:-$stash/dev/lib/liboscar_kernels.so}
+  export OSCAR_KV_ROTATIONS="$rot"
   w=$stash/hfwork; mkdir -p "$w"
   [ -f "$w/smollm2-hf/config.json" ] || python3 "$root/experiments/hf/gguf_to_hf.py" "$stash/$gguf_name" "$w/smollm2-hf" 2>&1 \
     | grep -v -E 'Converting|Loading|Writing' || true
   [ -f "$w/smollm2-hf/config.json" ] || die "gguf_to_hf failed"
-  OSCAR_KV_ROTATIONS="$rot" bash "$root/experiments/device/vllm_carry.sh" run "$root/experiments/device/vllm_plugin_check.py" \
-    "$out" "$w/smollm2-hf" "$tasks"
+  run=("$root/experiments/device/vllm_carry.sh" run)
+  case "$cmd" in
+  vllm)  # TASKS: vLLM BF16 and the plugin on an oscar-tasks file (batch, alone, graphs, broken)
+    [ $# -ge 1 ] && [ -f "$1" ] || die "usage: smollm2_gpu.sh vllm OUT ROTATIONS TASKS"
+    bash "${run[@]}" "$root/experiments/device/vllm_plugin_check.py" "$out" "$w/smollm2-hf" "$(realpath "$1")" ;;
+  vllm-loss)  # EVAL_JSON...: oscar-eval's passages and greedy prompts reproduced in the engine
+    [ $# -ge 1 ] || die "usage: smollm2_gpu.sh vllm-loss OUT ROTATIONS EVAL_JSON..."
+    bash "${run[@]}" "$root/experiments/device/vllm_loss_check.py" "$out" "$w/smollm2-hf" "$@" ;;
+  vllm-memcheck)  # compute-sanitizer memcheck of the plugin's kernels in a short engine run
+    export VLLM_ENABLE_V1_MULTIPROCESSING=0
+    rc=0
+    PATH=/usr/local/cuda/bin:$PATH timeout 540 compute-sanitizer --tool memcheck --target-processes all --kernel-name kns=oscar --error-exitcode 7 --print-limit 20 \
+      bash "${run[@]}" "$root/experiments/device/vllm_short_run.py" "$w/smollm2-hf" > "$out/memcheck.log" 2>&1 || rc=$?
+    grep -E "RESULT|ERROR SUMMARY|Invalid|error" "$out/memcheck.log" | head -20
+    echo "vllm-memcheck: rc=$rc"; [ "$rc" = 0 ] ;;
+  vllm-pip)  # pip install of the package into a private folder; vLLM loads the plugin through its entry point
+    b=$stash/okv-build; t=$stash/okv-site; rm -rf "$b" "$t"; mkdir -p "$b/kernels"
+    cp "$OSCAR_KERNELS_LIB" "$b/kernels/"
+    OSCAR_BUILD=$b python3 -m pip install -q --no-deps --no-build-isolation --target "$t" "$root/kernels/python" > "$out/pip.log" 2>&1 \
+      || { cat "$out/pip.log"; die "pip install of kernels/python failed"; }
+    rc=0
+    env -u OSCAR_KERNELS_LIB PYTHONPATH="$t:$stash/pylib" VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout 300 \
+      bash "${run[@]}" "$root/experiments/device/vllm_short_run.py" "$w/smollm2-hf" --no-register > "$out/pip-run.log" 2>&1 || rc=$?
+    grep RESULT "$out/pip-run.log" || tail -n 30 "$out/pip-run.log"
+    echo "vllm-pip: rc=$rc"; [ "$rc" = 0 ] ;;
+  esac
   ;;
-*) die "usage: smollm2_gpu.sh split|stash|real|hf|eval|vllm ... (see the header)" ;;
+*) die "usage: smollm2_gpu.sh split|stash|real|hf|eval|vllm|vllm-loss|vllm-memcheck|vllm-pip ... (see the header)" ;;
 esac

@@ -15,6 +15,9 @@
 #        vllm_flash_attn/_vllm_fa2_C.abi3.so (Hopper runs FlashAttention 3), vllm-rs, third_party/{fmha_sm100,deep_gemm}
 #        and the server's static files; everything is tarred, cut into PART-byte parts (default 55,000,000) with a
 #        manifest of sha256 values.
+#   build-fa2 PREFIX [PART]  FlashAttention 2's library of the same wheel (vLLM's TurboQuant caches need it: vLLM forces
+#        FA2 for them), xz-compressed (305 MB -> 79 MB) in PART-byte parts (default 42,000,000) with a manifest
+#        (fa2.manifest): stash them like the other parts; smoke and run put it back into the unpacked vLLM.
 #   stash DIR    copies DIR's files to $STASH (default /tmp/vllm) and lists the parts there.
 #   run SCRIPT [ARGS...]  as smoke, then python3 SCRIPT ARGS with vLLM importable (e.g. experiments/device/vllm_plugin_check.py).
 #   smoke OUT    joins and checks the parts, unpacks every wheel into $STASH/site, and runs vllm.LLM (BF16, eager, then
@@ -86,6 +89,19 @@ PY
   echo "build: $(ls "$w/wheels" | wc -l) wheels, $(du -sh "$w/carry.tar" | cut -f1) in $n parts:"
   for ((k = 0; k < n; ++k)); do echo "  ${prefix}$k $(du -sb "${prefix}$k" | cut -f1) bytes"; done
   ;;
+build-fa2)
+  [ $# -ge 1 ] || die "usage: vllm_carry.sh build-fa2 PREFIX [PART]"
+  prefix=$1; part=${2:-42000000}; so=vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so
+  w=$(mktemp -d); trap 'rm -rf "$w"' EXIT
+  if [ -n "${VLLM_WHEEL:-}" ]; then cp "$VLLM_WHEEL" "$w/"; else python3 -m pip download -q --no-deps "${plat[@]}" -d "$w" vllm==0.26.0; fi
+  (cd "$w" && python3 -m zipfile -l vllm-0.26.0-*.whl | grep -q "$so") || die "the vllm 0.26.0 wheel has no $so"
+  (cd "$w" && unzip -q vllm-0.26.0-*.whl "$so" && xz -T2 -9e -c "$so" > fa2.xz && split -b "$part" -d -a 2 fa2.xz fa2.xz.)
+  rm -rf "${prefix}"[0-9]*
+  n=0
+  for p in "$w"/fa2.xz.[0-9]*; do mkdir -p "${prefix}$n"; mv "$p" "${prefix}$n/"; n=$((n + 1)); done
+  printf 'fa2_parts %d\nfa2_xz_sha256 %s\nfa2_so_sha256 %s\n' "$n" "$(sha "$w/fa2.xz")" "$(sha "$w/$so")" > "${prefix}0/fa2.manifest"
+  for ((k = 0; k < n; ++k)); do echo "build-fa2: ${prefix}$k $(du -sb "${prefix}$k" | cut -f1) bytes"; done
+  ;;
 stash)
   [ $# -ge 1 ] && [ -d "$1" ] || die "usage: vllm_carry.sh stash DIR"
   mkdir -p "$stash"; cp "$1"/* "$stash"/
@@ -104,6 +120,16 @@ smoke|run)
     t0=$(date +%s)
     for whl in "$stash"/wheels/*.whl; do python3 -m zipfile -e "$whl" "$stash/site" >/dev/null; done
     echo "vllm_carry: $(ls "$stash"/wheels | wc -l) wheels unpacked into $stash/site in $(( $(date +%s) - t0 )) s ($(du -sh "$stash/site" | cut -f1))"
+  fi
+  fa2=$stash/site/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so
+  if [ -f "$stash/fa2.manifest" ] && [ ! -f "$fa2" ]; then  # FlashAttention 2, carried apart (build-fa2)
+    want=$(awk '$1 == "fa2_parts" {print $2}' "$stash/fa2.manifest"); have=$(ls "$stash"/fa2.xz.* | wc -l)
+    [ "$have" = "$want" ] || die "$stash: $have of $want FlashAttention 2 parts; stash the missing folders first"
+    cat "$stash"/fa2.xz.* > "$stash/fa2.xz"
+    [ "$(sha "$stash/fa2.xz")" = "$(awk '$1 == "fa2_xz_sha256" {print $2}' "$stash/fa2.manifest")" ] || die "joined FlashAttention 2 parts differ"
+    xz -d -c "$stash/fa2.xz" > "$fa2.tmp" && rm "$stash/fa2.xz"
+    [ "$(sha "$fa2.tmp")" = "$(awk '$1 == "fa2_so_sha256" {print $2}' "$stash/fa2.manifest")" ] || { rm -f "$fa2.tmp"; die "$fa2: sha256 differs"; }
+    mv "$fa2.tmp" "$fa2"; echo "vllm_carry: FlashAttention 2 library restored ($(stat -c %s "$fa2") bytes)"
   fi
   # FlashInfer is not carried: its sampler off (greedy decoding does not use it)
   export PYTHONPATH="$stash/site${PYTHONPATH:+:$PYTHONPATH}" VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0

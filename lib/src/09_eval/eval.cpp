@@ -329,6 +329,7 @@ EvalResult run_eval(const EvalRequest& req) {
   EvalResult res;
   res.model_name = lm.name;
   res.tokens = static_cast<int>(p.tokens.size());
+  res.passage_ids = p.tokens;
   res.passage = fmt::format("{} lines {}.., {} tokens", fs::path(req.text).filename().string(), p.first_line, p.tokens.size());
   res.metric = eval_metric(req.metric);
   for (int l = 0; l < mc.n_layers; ++l)
@@ -469,7 +470,8 @@ EvalResult run_eval(const EvalRequest& req) {
       for (int t : ids) s += lm.decode_piece(prev, t), prev = t;
       return s;
     };
-    res.greedy.push_back({"full precision (fp32)", text_of(base), static_cast<int>(base.size()), static_cast<int>(base.size()), 0.0});
+    res.greedy_context_ids = context;
+    res.greedy.push_back({"full precision (fp32)", text_of(base), static_cast<int>(base.size()), static_cast<int>(base.size()), 0.0, false, base});
     for (const Job& j : jobs) {
       const auto cache = make_cache(j, std::min<size_t>(context.size() + req.generate, ctx));
       const std::vector<int> ids = decode_greedy(m, *cache, context, req.generate);
@@ -482,7 +484,7 @@ EvalResult run_eval(const EvalRequest& req) {
                          tokens_for_quantized_share(j.r, kMinQuantizedShare, ctx) == 0
                              ? fmt::format("the model's context of {} tokens is too short for these windows", ctx)
                              : std::string("raise --generate-context")));
-      res.greedy.push_back({j.r.name, text_of(ids), shared_prefix(ids, base), static_cast<int>(ids.size()), share, j.gpu});
+      res.greedy.push_back({j.r.name, text_of(ids), shared_prefix(ids, base), static_cast<int>(ids.size()), share, j.gpu, ids});
     }
     bar.advance();
   }

@@ -160,6 +160,7 @@ std::string eval_json(const EvalRequest& req, const EvalResult& r) {
   j["model"] = r.model_name;
   j["passage"] = r.passage;
   j["predictions"] = r.tokens - 1;
+  j["passage_ids"] = r.passage_ids;  // the token ids, for other engines to evaluate the same passage
   j["budget"] = {{"bits", req.budget.bits}, {"context", req.budget.context}};
   j["metric"] = req.metric;
   j["intervals"] = "95%, circular block bootstrap over predicted positions, blocks of 32, 2000 replicates";
@@ -181,7 +182,8 @@ std::string eval_json(const EvalRequest& req, const EvalResult& r) {
                            {"quantized_share", x.quantized}});
   for (const GreedyRow& g : r.greedy)
     j["greedy"].push_back({{"recipe", g.recipe}, {"shared_prefix", g.shared_prefix}, {"generated", g.generated}, {"text", g.text},
-                           {"quantized_share", g.quantized}});
+                           {"quantized_share", g.quantized}, {"ids", g.ids}});
+  if (!r.greedy_context_ids.empty()) j["greedy_context_ids"] = r.greedy_context_ids;
   const Verdict& v = r.verdict;
   j["verdict"] = {{"found", v.found},
                   {"pick", v.found ? json(v.best) : json(nullptr)},

@@ -6,7 +6,7 @@ counts them): one slot per request state of the V2 model runner (max_num_seqs) a
 A step: every new token is quantized into its page and, if it is a sink or recent token, copied into its request's
 window slot (oscar_cov_paged_write); then decodes attend through oscar_cov_paged_decode (graph-capturable: a uniform
 decode batch replays as one CUDA graph; fixed splits of paged.DECODE_SPLIT_TOKENS, so a request's attention output does
-not depend on the batch it shares), and prefills attend to their own tokens in BF16 (torch SDPA) and to what the
+not depend on the batch it shares), and prefills attend to their own tokens in BF16 (vLLM's FlashAttention) and to what the
 cache holds before them (sink and recent window in BF16, the rest dequantized from the pages).
 Rotations (oscar-cov's R_K, R_V per layer or per KV head) come from OSCAR_KV_ROTATIONS: an oscar-rotate file, or
 "random[:SEED]" (random orthogonal matrices, for dummy weights)."""
@@ -21,6 +21,8 @@ from torch.nn.attention.bias import causal_lower_right
 from vllm.config import get_current_vllm_config
 from vllm.v1.attention.backend import (AttentionBackend, AttentionCGSupport, AttentionImpl, AttentionMetadata,
                                        AttentionMetadataBuilder, AttentionType, CommonAttentionMetadata)
+from vllm.v1.attention.backends.fa_utils import (flash_attn_varlen_func, get_flash_attn_version,
+                                                 is_flash_attn_varlen_func_available)
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills
 from vllm.v1.kv_cache_interface import FullAttentionSpec
 
@@ -29,10 +31,12 @@ from .. import _capi, paged, rotations
 
 class _StepState:
     """The request-state index of every request of the step being prepared (V2 model runner, plugin.py records it):
-    the requests' window slots. The plugin's one piece of process state, as vLLM's forward context is its own."""
+    the requests' window slots, and the scratch the layers share. The plugin's process state, as vLLM's forward context is its own."""
     idx_mapping = None      # device int32 [num_reqs]
     idx_mapping_np = None   # host copy
     bits = None             # the process's oscar_cov bits (every layer uses the engine's one kv_cache_dtype)
+    workspace = None        # the decode's scratch, shared by the layers (_shared_buffer)
+    out32 = None
 
 
 STEP = _StepState()
@@ -181,6 +185,16 @@ class OscarCovMetadataBuilder(AttentionMetadataBuilder[OscarCovMetadata]):
                                 window_slot=self.window_slot[:n], window_slot_cpu=wcpu)
 
 
+def _shared_buffer(name, nbytes, dev):
+    """One scratch buffer for every layer of the process (layers run one after another on one stream): the decode's
+    split workspace is about 100 MB a layer at 128 sequences of 100K tokens."""
+    buf = getattr(STEP, name)
+    if buf is None or buf.numel() < nbytes or buf.device != dev:
+        buf = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+        setattr(STEP, name, buf)
+    return buf
+
+
 def _ptr(t):
     return C.c_void_p(t.data_ptr()) if t is not None else None
 
@@ -206,10 +220,12 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         self.v_recent = torch.zeros_like(self.k_recent)
         self.lib = _capi.load()
         ws = self.lib.oscar_cov_paged_workspace_bytes(self.max_num_seqs, num_heads, H, D, self.max_model_len, paged.DECODE_SPLIT_TOKENS)
-        self.workspace = torch.empty(ws, dtype=torch.uint8, device=dev)
-        self.out32 = torch.empty(self.max_num_seqs, num_heads, D, dtype=torch.float32, device=dev)
+        self.workspace = _shared_buffer("workspace", ws, dev)
+        self.out32 = _shared_buffer("out32", self.max_num_seqs * num_heads * D * 4, dev)[:self.max_num_seqs * num_heads * D * 4] \
+            .view(torch.float32).view(self.max_num_seqs, num_heads, D)
         self.rot = None
         self._view = None  # (pool address, oscar_cov_paged)
+        self.fa_version = get_flash_attn_version(head_size=head_size) if is_flash_attn_varlen_func_available() else None
 
     def bind_layer(self, layer_index, num_layers):
         """Loads this layer's rotations (from plugin.py's spec hook, before KV allocation and graph capture)."""
@@ -218,6 +234,10 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         rk, rv = _load_rotations(layer_index, num_layers, self.num_kv_heads, self.head_size)
         dev = self.k_sink.device
         self.rk, self.rv = rk.to(dev).contiguous(), rv.to(dev).contiguous()
+        G = self.num_heads // self.num_kv_heads  # the prefill's per-head matrices: KV heads, and query heads (GQA)
+        self.rk_kv = self.rk.expand(self.num_kv_heads, -1, -1).contiguous()
+        self.rv_kv = self.rv.expand(self.num_kv_heads, -1, -1).contiguous()
+        self.rk_q, self.rv_q = self.rk_kv.repeat_interleave(G, 0), self.rv_kv.repeat_interleave(G, 0)
         self.rot = _capi.Rotation(_capi.ROTATION_MATRIX, int(self.rk.shape[0] > 1), self.rk.data_ptr(), self.rv.data_ptr())
 
     def _cache(self, kv_cache):
@@ -267,38 +287,57 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
             self._prefill(query, key, value, kv_cache, md, out)
         return output
 
-    # ---- prefill: own tokens in BF16, the cached prefix as the cache holds it (rotated frame)
+    # ---- prefill: own tokens in BF16, the cached prefix as the cache holds it, all in the rotated frame (R_K for
+    # queries and keys, R_V for values, rotated back after attention): one variable-length FlashAttention call (vLLM's
+    # own, FA3 on Hopper) over every prefill of the step; torch SDPA per request where vLLM has no flash-attn build
     def _prefill(self, query, key, value, kv_cache, md, out):
         qsl = md.query_start_loc_cpu.tolist()
         lens = md.seq_lens_cpu.tolist()
-        G = self.num_heads // self.num_kv_heads
+        s0, e0 = qsl[md.num_decodes], qsl[md.num_reqs]
+        qr = torch.einsum("thd,hde->the", query[s0:e0].float(), self.rk_q).to(torch.bfloat16)
+        kr = torch.einsum("thd,hde->the", key[s0:e0].float(), self.rk_kv).to(torch.bfloat16)
+        vr = torch.einsum("thd,hde->the", value[s0:e0].float(), self.rv_kv).to(torch.bfloat16)
+        ks, vs, cu_q, cu_k = [], [], [0], [0]
         for r in range(md.num_decodes, md.num_reqs):
-            s, e = qsl[r], qsl[r + 1]
+            s, e = qsl[r] - s0, qsl[r + 1] - s0
             if e <= s:
                 continue
             L = int(lens[r])
             ctx = L - (e - s)
-            q, k, v = query[s:e], key[s:e], value[s:e]
-            if ctx <= 0:
-                o = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
-                                                   v.transpose(0, 1).unsqueeze(0), is_causal=True, scale=self.scale,
-                                                   enable_gqa=G > 1)
-                out[s:e] = o[0].transpose(0, 1)
-                continue
-            kc, vc = self._context(kv_cache, md.block_table[r], md.window_slot_cpu[r], ctx, L)  # [ctx, H, D] rotated
-            rk, rv = self.rk.expand(self.num_kv_heads, -1, -1), self.rv.expand(self.num_kv_heads, -1, -1)
-            qr = torch.einsum("thd,hde->the", q.float(), rk.repeat_interleave(G, 0))
-            kr = torch.einsum("thd,hde->the", k.float(), rk)
-            vr = torch.einsum("thd,hde->the", v.float(), rv)
-            K = torch.cat([kc.float(), kr], 0).to(torch.bfloat16)
-            V = torch.cat([vc.float(), vr], 0).to(torch.bfloat16)
-            if G > 1:
-                K, V = K.repeat_interleave(G, 1), V.repeat_interleave(G, 1)
-            # query i (position ctx + i) sees keys [0, ctx + i]: the causal mask aligned to the lower right, not materialized
-            o = F.scaled_dot_product_attention(qr.to(torch.bfloat16).transpose(0, 1).unsqueeze(0), K.transpose(0, 1).unsqueeze(0),
-                                               V.transpose(0, 1).unsqueeze(0), attn_mask=causal_lower_right(e - s, L), scale=self.scale)
-            o = o[0].transpose(0, 1).float()  # [ql, Hq, D] in the R_V frame
-            out[s:e] = torch.einsum("the,hde->thd", o, rv.repeat_interleave(G, 0)).to(out.dtype)
+            if ctx > 0:
+                kc, vc = self._context(kv_cache, md.block_table[r], md.window_slot_cpu[r], ctx, L)
+                ks.append(kc)
+                vs.append(vc)
+            ks.append(kr[s:e])
+            vs.append(vr[s:e])
+            cu_q.append(e)
+            cu_k.append(cu_k[-1] + L)
+        if not ks:
+            return
+        K = torch.cat(ks) if len(ks) > 1 else ks[0]
+        V = torch.cat(vs) if len(vs) > 1 else vs[0]
+        o = self._attend(qr, K, V, cu_q, cu_k)  # [T, Hq, D] in the R_V frame
+        out[s0:e0] = torch.einsum("the,hde->thd", o.float(), self.rv_q).to(out.dtype)
+
+    def _attend(self, q, K, V, cu_q, cu_k):
+        """Causal attention of each request's queries (the last of its keys' positions) over its keys."""
+        if self.fa_version is not None:
+            dev = q.device
+            return flash_attn_varlen_func(q=q, k=K, v=V, max_seqlen_q=max(b - a for a, b in zip(cu_q, cu_q[1:])),
+                                          cu_seqlens_q=torch.tensor(cu_q, dtype=torch.int32, device=dev),
+                                          max_seqlen_k=max(b - a for a, b in zip(cu_k, cu_k[1:])),
+                                          cu_seqlens_k=torch.tensor(cu_k, dtype=torch.int32, device=dev),
+                                          softmax_scale=self.scale, causal=True, fa_version=self.fa_version,
+                                          num_splits=1)  # no split-KV: a request's output does not depend on its batch
+        G = self.num_heads // self.num_kv_heads
+        o = torch.empty_like(q)
+        for (qa, qb), (ka, kb) in zip(zip(cu_q, cu_q[1:]), zip(cu_k, cu_k[1:])):
+            k, v = K[ka:kb], V[ka:kb]
+            # query i (position kb - ka - (qb - qa) + i) sees keys up to its own: causal aligned to the lower right
+            o[qa:qb] = F.scaled_dot_product_attention(q[qa:qb].transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+                                                      v.transpose(0, 1).unsqueeze(0), attn_mask=causal_lower_right(qb - qa, kb - ka),
+                                                      scale=self.scale, enable_gqa=G > 1)[0].transpose(0, 1)
+        return o
 
     def _context(self, kv_cache, bt_row, wslot, ctx, L):
         """Positions [0, ctx) of one sequence as a decode at length L reads them: rotated bf16 [ctx][H][D] K and V."""

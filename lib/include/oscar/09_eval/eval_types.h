@@ -77,6 +77,7 @@ struct GreedyRow {
   int generated = 0;
   double quantized = 0;   // share of the cache in low bits when generation starts
   bool gpu = false;
+  std::vector<int> ids;   // the generated token ids
 };
 
 struct EvalResult {
@@ -90,6 +91,7 @@ struct EvalResult {
   double bf16_bytes_budget = 0;  // a BF16 cache of every layer at the budget's context
   int recall_lead = 0;       // tokens of other text before the recalled passage (past every recipe's sink)
   int generate_context = 0;  // tokens of other text before the greedy prompt
+  std::vector<int> passage_ids, greedy_context_ids;  // the evaluated passage (BOS first); what greedy generation starts from
   Verdict verdict;
   VerdictMetric metric;
   std::vector<std::string> warnings;  // printed once each to stderr, kept in the outputs
