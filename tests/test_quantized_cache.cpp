@@ -156,6 +156,16 @@ TEST_CASE("oscar-eval on stories260K: fp16 ~ exact, 2-bit naive far worse than 4
     CHECK(j["greedy"][i]["ids"].get<std::vector<int>>() == r.greedy[i].ids);
   }
   CHECK(shared_prefix(r.greedy[1].ids, r.greedy[0].ids) == r.greedy[1].shared_prefix);
+  // ... and every row's top-1 predictions, whose agreement with full precision's is the row's top-1 column
+  REQUIRE(j["fp32_argmax_ids"].size() == 159);
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    const auto ids = j["rows"][i]["argmax_ids"].get<std::vector<int>>();
+    const auto ref = j["fp32_argmax_ids"].get<std::vector<int>>();
+    REQUIRE(ids.size() == 159);
+    int same = 0;
+    for (size_t t = 0; t < ids.size(); ++t) same += ids[t] == ref[t];
+    CHECK(std::abs(same / 159.0 - r.rows[i].top1) < 1e-12);
+  }
   // Bad input: calibration passage equal to the evaluated one, or overlapping its lines.
   req.calib_offset = req.offset;
   CHECK_THROWS_WITH(run_eval(req), Catch::Contains("same data") && Catch::Contains("--calib-offset"));

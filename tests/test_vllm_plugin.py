@@ -124,7 +124,9 @@ def main():
               "[vllm.general_plugins]" in text and "oscar_kv.vllm.plugin:register" in text,
               f"setup.py build_py / egg_info: rc {r.returncode}, entry points {text!r}, {r.stderr[-300:]!r}")
     # the engine loss check reads oscar-eval's eval.json (passage ids, greedy ids): its reader, and its refusal of an old file
+    import contextlib
     import importlib.util
+    import io
     import json
     import tempfile
     spec = importlib.util.spec_from_file_location("vllm_loss_check", ROOT / "experiments" / "device" / "vllm_loss_check.py")
@@ -150,6 +152,41 @@ def main():
         check(r.returncode != 0 and "no passage_ids" in r.stderr and r.stderr.count("\n") == 1,
               f"vllm_loss_check on an eval.json without passage_ids: rc {r.returncode}, {r.stderr!r}")
         check(vlc.shared_prefix([1, 2, 3], [1, 2, 4]) == 2 and vlc.shared_prefix([1], [1]) == 1, "shared_prefix")
+        # its verdict, with the engine's runs faked: within 0.02 and the broken cache caught passes; an engine Δloss
+        # 0.05 off, or a broken cache that looks right, fails (the check can fail)
+        ev["fp32_argmax_ids"], ev["rows"][1]["argmax_ids"] = [5, 6, 0], [5, 6, 1]
+        good.write_text(json.dumps(ev))
+
+        def verdict(d_int2, d_broken):
+            def run(loss):
+                return {"passages": [{"forced_ok": True, "loss": loss, "predictions": 3, "argmax": [5, 6, 1]}],
+                        "greedy": [{"forced_ok": True, "ids": [3, 8]}]}
+            runs = {"auto": run(2.5), "graphs": run(2.5 + d_int2), "broken": run(2.5 + d_broken)}
+
+            class Done:
+                def __init__(self, mode):
+                    self.returncode, self.stdout, self.stderr = 0, "RESULT " + json.dumps(runs[mode]) + "\n", ""
+
+            def fake_run(cmd, **kw):
+                return Done("auto" if cmd[4] == "auto" else cmd[5])
+            real, argv = vlc.subprocess.run, sys.argv
+            vlc.subprocess.run, sys.argv = fake_run, ["vllm_loss_check.py", str(Path(tmp) / "out"), "MODEL", str(good)]
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    vlc.main()
+                rc = 0
+            except SystemExit as e:
+                rc = e.code
+            finally:
+                vlc.subprocess.run, sys.argv = real, argv
+            return rc, json.loads((Path(tmp) / "out" / "loss.json").read_text())
+        rc, res = verdict(0.130, 2.3)
+        check(rc == 0 and res["within"] and res["broken_caught"] and abs(res["pooled_engine"] - 0.130) < 1e-9 and
+              res["top1_agreement"]["vLLM int2 vs oscar-eval oscar-cov@2"] == 1.0, f"loss check verdict (good): rc {rc}, {res}")
+        rc, res = verdict(0.175, 2.3)
+        check(rc == 1 and not res["within"], f"loss check verdict (Δloss 0.05 off): rc {rc}")
+        rc, res = verdict(0.130, 0.126)
+        check(rc == 1 and not res["broken_caught"], f"loss check verdict (broken cache not caught): rc {rc}")
     print(f"{n} layouts against the C sizes; refusals, arithmetic, packaging and the loss check's reader checked")
     if failures:
         print(f"FAILED: {len(failures)} check(s)")

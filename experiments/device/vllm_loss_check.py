@@ -12,7 +12,8 @@ prefill a prompt in BF16, so here every request's prompt is its first token only
 sampler (V2 model runner) is wrapped to emit the known next token of each request, the logprob of that token comes from
 the raw logits (vLLM's default logprobs mode), and each token then goes through the engine's decode step and the
 plugin's paged write and decode kernels (CUDA graphs on). Per passage: the mean next-token loss over the same
-predictions as oscar-eval's; per greedy prompt: the prompt forced, then N free greedy tokens.
+predictions as oscar-eval's, and the top-1 next token at every position (agreement with oscar-eval's, when its
+eval.json carries argmax_ids); per greedy prompt: the prompt forced, then N free greedy tokens.
 
 Runs, each in its own process: bf16 (vLLM's own cache), int2 (kv_cache_dtype oscar_cov_int2), int2-broken (every
 request's BF16 windows in one shared slot: a deliberately wrong cache, which the check must catch). All passages and
@@ -36,14 +37,9 @@ if dtype.startswith("oscar"):
     import oscar_kv.vllm
     oscar_kv.vllm.register()
     if mode == "broken":  # deliberately wrong: every request's windows in the one scratch slot
-        from oscar_kv.vllm import backend
-        build = backend.OscarCovMetadataBuilder.build
-        def shared_slot(self, *a, **k):
-            md = build(self, *a, **k)
-            md.window_slot.fill_(self.max_num_seqs)
-            md.window_slot_cpu = [self.max_num_seqs] * len(md.window_slot_cpu)
-            return md
-        backend.OscarCovMetadataBuilder.build = shared_slot
+        sys.path.insert(0, os.environ["OSCAR_DEVICE_SCRIPTS"])
+        from vllm_broken import share_window_slots
+        share_window_slots()
 from vllm.v1.worker.gpu.sample.sampler import Sampler
 FORCE_LEN = 8192
 init, add, sample = Sampler.__init__, Sampler.add_request, Sampler.sample
@@ -71,7 +67,7 @@ prompts, sps = [], []
 for c in cases["passages"]:
     ids = c["ids"]
     prompts.append({"prompt_token_ids": ids[:1]})
-    sps.append(SamplingParams(temperature=0.0, max_tokens=len(ids) - 1, ignore_eos=True, logprobs=0, detokenize=False,
+    sps.append(SamplingParams(temperature=0.0, max_tokens=len(ids) - 1, ignore_eos=True, logprobs=1, detokenize=False,
                               extra_args={"force": ids}))
 for g in cases["greedy"]:
     ctx = g["context_ids"]
@@ -85,7 +81,8 @@ res = {"init_s": init_s, "generate_s": gen_s, "passages": [], "greedy": []}
 for c, o in zip(cases["passages"], outs):
     got = list(o.outputs[0].token_ids)
     lps = [d[t].logprob for d, t in zip(o.outputs[0].logprobs, got)]
-    res["passages"].append({"forced_ok": got == c["ids"][1:], "loss": -sum(lps) / len(lps), "predictions": len(lps)})
+    top1 = [next((k for k, v in d.items() if v.rank == 1), None) for d in o.outputs[0].logprobs]  # the engine's argmax
+    res["passages"].append({"forced_ok": got == c["ids"][1:], "loss": -sum(lps) / len(lps), "predictions": len(lps), "argmax": top1})
 for g, o in zip(cases["greedy"], outs[len(cases["passages"]):]):
     got = list(o.outputs[0].token_ids)
     n = len(g["context_ids"]) - 1
@@ -111,7 +108,8 @@ def cases_of(paths):
         q = rows["oscar-cov@2"]
         out["passages"].append({"source": p, "passage": j["passage"], "ids": j["passage_ids"], "oe_loss_fp32": q["loss"] - q["dloss"]["mean"],
                                 "oe_loss_int2": q["loss"], "oe_dloss": q["dloss"]["mean"], "oe_dloss_ci": [q["dloss"]["lo"], q["dloss"]["hi"]],
-                                "oe_quantized_share": q["quantized_share"]})
+                                "oe_quantized_share": q["quantized_share"], "oe_argmax_fp32": j.get("fp32_argmax_ids"),
+                                "oe_argmax_int2": q.get("argmax_ids")})
         if j.get("greedy_context_ids"):
             by = {g["recipe"]: g for g in j["greedy"]}
             out["greedy"].append({"source": p, "context_ids": j["greedy_context_ids"], "generate": by["oscar-cov@2"]["generated"],
@@ -131,7 +129,7 @@ def main():
     runs = {}
     for name, dtype, mode in (("bf16", "auto", "graphs"), ("int2", "oscar_cov_int2", "graphs"), ("int2-broken", "oscar_cov_int2", "broken")):
         t0 = time.time()
-        env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+        env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", OSCAR_DEVICE_SCRIPTS=os.path.dirname(os.path.abspath(__file__)))
         try:
             p = subprocess.run([sys.executable, "-c", CHILD, model, dtype, mode, cpath], capture_output=True, text=True,
                                timeout=420, env=env)
@@ -161,6 +159,23 @@ def main():
         lines.append(f"| pooled | {sum(n)} | | | {pool(d_oe):+.4f} | {pool(d_en):+.4f} | {pool(d_en) - pool(d_oe):+.4f} | {pool(d_br):+.4f} |")
         res.update(pooled_oe=pool(d_oe), pooled_engine=pool(d_en), pooled_broken=pool(d_br), forced_ok=forced,
                    within=abs(pool(d_en) - pool(d_oe)) <= TOLERANCE, broken_caught=abs(pool(d_br) - pool(d_oe)) > TOLERANCE)
+        if all(c.get("oe_argmax_int2") and c.get("oe_argmax_fp32") for c in cases["passages"]):
+            # next-token (top-1) agreement under teacher forcing: the greedy choice at every position of the same text,
+            # which does not compound the way a free greedy continuation does
+            def agree(pairs):
+                same = sum(sum(x == y for x, y in zip(a, b)) for a, b in pairs)
+                return same / max(sum(len(a) for a, _ in pairs), 1)
+            P = cases["passages"]
+            cols = {"oscar-eval oscar-cov@2 vs its fp32": [(c["oe_argmax_int2"], c["oe_argmax_fp32"]) for c in P],
+                    "vLLM BF16 vs oscar-eval fp32": [(bi["argmax"], c["oe_argmax_fp32"]) for bi, c in zip(b, P)],
+                    "vLLM int2 vs oscar-eval oscar-cov@2": [(qi["argmax"], c["oe_argmax_int2"]) for qi, c in zip(q, P)],
+                    "vLLM int2 vs vLLM BF16": [(qi["argmax"], bi["argmax"]) for qi, bi in zip(q, b)],
+                    "broken vs oscar-eval oscar-cov@2": [(xi["argmax"], c["oe_argmax_int2"]) for xi, c in zip(x, P)]}
+            res["top1_agreement"] = {k: agree(v) for k, v in cols.items()}
+            lines += ["", "| top-1 next-token agreement (teacher-forced) | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+            for i, c in enumerate(P):
+                lines.append(f"| {c['passage']} | " + " | ".join(f"{agree([v[i]]):.3f}" for v in cols.values()) + " |")
+            lines.append("| pooled | " + " | ".join(f"{res['top1_agreement'][k]:.3f}" for k in cols) + " |")
         lines += ["", "| greedy prompt | context tokens | vLLM BF16 = oscar-eval fp32 (shared prefix) | vLLM int2 = oscar-eval oscar-cov@2 "
                   "(shared prefix) | tokens agreeing | broken = oscar-eval oscar-cov@2 |", "|---|---|---|---|---|---|"]
         agree = tot = 0

@@ -9,8 +9,11 @@ MODEL_DIR: a transformers folder (config.json + weights); default: a Llama-shape
 16 query / 8 KV heads, head_dim 128) with random orthogonal rotations (OSCAR_KV_ROTATIONS=random); dummy weights give
 degenerate text, so only the real model's runs say anything about accuracy.
 TASKS: an oscar-tasks file (prompt_ids): the prompts are its samples (the whole prompt prefilled, the answer decoded from
-the cache, RULER's string_match_all against its answers), and a deliberately broken run (int2-broken: every request's
-BF16 windows in one shared slot) must lose accuracy, which shows the check can fail. Writes
+the cache, RULER's string_match_all against its answers), int2-preempt runs them in a pool of 17 pages, so that vLLM
+preempts requests (frees their pages and windows) and recomputes them later (the preemptions are counted; a recomputed
+request prefills its generated tokens in BF16, so its ids may differ from int2-eager's after the preemption, its answer
+should not), and a deliberately broken run (int2-broken: every request's BF16 windows in one shared slot) must lose
+accuracy, which shows the check can fail. Writes
 OUT/plugin.json and a log per configuration; prints one line each. Needs vllm importable (vllm_carry.sh sets PYTHONPATH)
 and the package oscar_kv with its kernel library (OSCAR_KERNELS_LIB)."""
 import json
@@ -28,25 +31,29 @@ CONFIG = {
 }
 
 CHILD = r'''
-import json, sys, time
-folder, dtype, eager, alone, dummy, tasks, broken = sys.argv[1:8]
-eager, alone, dummy, broken = eager == "eager", alone == "alone", dummy == "dummy", broken == "broken"
+import json, os, sys, time
+folder, dtype, eager, alone, dummy, tasks, variant = sys.argv[1:8]
+eager, alone, dummy, broken = eager == "eager", alone == "alone", dummy == "dummy", variant == "broken"
 import oscar_kv.vllm
 oscar_kv.vllm.register()
 if broken:  # deliberately wrong: every request's windows in the one scratch slot
-    from oscar_kv.vllm import backend
-    build = backend.OscarCovMetadataBuilder.build
-    def shared_slot(self, *a, **k):
-        md = build(self, *a, **k)
-        md.window_slot.fill_(self.max_num_seqs)
-        md.window_slot_cpu = [self.max_num_seqs] * len(md.window_slot_cpu)
-        return md
-    backend.OscarCovMetadataBuilder.build = shared_slot
+    sys.path.insert(0, os.environ["OSCAR_DEVICE_SCRIPTS"])
+    from vllm_broken import share_window_slots
+    share_window_slots()
+preempted = []
+if variant == "preempt":  # a pool of 17 pages (the 4096-token context and little more): requests get preempted (vLLM frees their pages) and recomputed later
+    from vllm.v1.core.sched.scheduler import Scheduler
+    preempt = Scheduler._preempt_request
+    def counted(self, request, *a, **k):
+        preempted.append(request.request_id)
+        return preempt(self, request, *a, **k)
+    Scheduler._preempt_request = counted
 from vllm import LLM, SamplingParams
 t0 = time.time()
 kw = dict(load_format="dummy", skip_tokenizer_init=True) if dummy else {}
 llm = LLM(model=folder, dtype="bfloat16", max_model_len=4096, gpu_memory_utilization=0.5, enforce_eager=eager, seed=0,
-          kv_cache_dtype=dtype, enable_prefix_caching=False, max_num_seqs=16, **kw)
+          kv_cache_dtype=dtype, enable_prefix_caching=False, max_num_seqs=16,
+          **(dict(num_gpu_blocks_override=17) if variant == "preempt" else {}), **kw)
 t_init = time.time() - t0
 cc = llm.llm_engine.vllm_config.cache_config
 if tasks != "-":
@@ -72,7 +79,7 @@ for s, t in zip(samples, texts):
     scores.append(sum(a.lower() in t.lower() for a in s["answers"]) / len(s["answers"]))
 print("RESULT " + json.dumps({"init_s": t_init, "generate_s": t_gen, "ids": ids, "texts": texts, "scores": scores,
                               "cells": [[s["task"], s["target_tokens"]] for s in samples],
-                              "num_gpu_blocks": cc.num_gpu_blocks, "block_size": cc.block_size}))
+                              "num_gpu_blocks": cc.num_gpu_blocks, "block_size": cc.block_size, "preemptions": len(preempted)}))
 '''
 
 
@@ -101,14 +108,14 @@ def main():
         runs = [("bf16-eager", "auto", "eager", "batch"), ("bf16-alone", "auto", "eager", "alone"), ("int2-eager", "oscar_cov_int2", "eager", "batch"),
                 ("int2-alone", "oscar_cov_int2", "eager", "alone"), ("int2-graphs", "oscar_cov_int2", "graphs", "batch")]
         if tasks != "-":
-            runs.append(("int2-broken", "oscar_cov_int2", "eager", "batch"))
+            runs += [("int2-preempt", "oscar_cov_int2", "eager", "batch"), ("int2-broken", "oscar_cov_int2", "eager", "batch")]
         for name, dtype, mode, how in runs:
             t0 = time.time()
-            env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+            env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", OSCAR_DEVICE_SCRIPTS=os.path.dirname(os.path.abspath(__file__)))
             env.setdefault("OSCAR_KV_ROTATIONS", "random")
             try:
                 p = subprocess.run([sys.executable, "-c", CHILD, folder, dtype, mode, how, "dummy" if model is None else "real",
-                                    tasks, "broken" if name.endswith("broken") else "ok"],
+                                    tasks, name.split("-")[-1] if name.endswith(("broken", "preempt")) else "ok"],
                                    capture_output=True, text=True, timeout=400, env=env)
                 rc, text = p.returncode, p.stdout + p.stderr
             except subprocess.TimeoutExpired as e:
@@ -138,9 +145,12 @@ def main():
                     r["same_as_bf16_eager"] = r["ids"] == base
                     msg += f"; same ids as bf16-eager: {r['ids'] == base} ({sum(x != y for x, y in zip(r['ids'], base))} requests differ)"
                 ref = res["runs"].get("int2-eager", {}).get("ids")
-                if ref and name in ("int2-alone", "int2-graphs"):
+                if ref and name in ("int2-alone", "int2-graphs", "int2-preempt"):
                     r["same_as_int2_eager"] = r["ids"] == ref
                     msg += f"; same ids as int2-eager: {r['ids'] == ref} ({sum(x != y for x, y in zip(r['ids'], ref))} requests differ)"
+                    if name == "int2-preempt":
+                        share, _ = agreement(r["ids"], ref)
+                        msg += f", {r['preemptions']} preemptions (pool of {r['num_gpu_blocks']} pages), {share:.1%} of tokens as int2-eager"
             else:
                 msg += "; log tail:\n" + text[-3000:]
             print(msg, flush=True)

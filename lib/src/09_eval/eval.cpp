@@ -389,6 +389,8 @@ EvalResult run_eval(const EvalRequest& req) {
     row.top1 = a.top1;
     row.kl_pos = std::move(a.kl_rows);
     row.top1_pos = std::move(a.top1_rows);
+    row.argmax_ids = std::move(a.argmax_other);
+    if (res.ref_argmax_ids.empty()) res.ref_argmax_ids = std::move(a.argmax_ref);
     row.dloss_ci = bootstrap_mean_interval(row.dloss_pos, kBootstrapBlock);
     row.kl_ci = bootstrap_mean_interval(row.kl_pos, kBootstrapBlock);
     row.top1_ci = bootstrap_mean_interval(row.top1_pos, kBootstrapBlock);

@@ -31,6 +31,8 @@ LogitAgreement compare_logits(const MatrixRM& ref, const MatrixRM& q, long rows)
     ref.row(t).maxCoeff(&ia);
     q.row(t).maxCoeff(&ib);
     r.top1_rows.push_back(ia == ib ? 1.0 : 0.0);
+    r.argmax_ref.push_back(static_cast<int>(ia));
+    r.argmax_other.push_back(static_cast<int>(ib));
     r.kl += r.kl_rows.back();
     r.top1 += r.top1_rows.back();
   }

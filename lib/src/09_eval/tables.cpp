@@ -161,6 +161,7 @@ std::string eval_json(const EvalRequest& req, const EvalResult& r) {
   j["passage"] = r.passage;
   j["predictions"] = r.tokens - 1;
   j["passage_ids"] = r.passage_ids;  // the token ids, for other engines to evaluate the same passage
+  if (!r.ref_argmax_ids.empty()) j["fp32_argmax_ids"] = r.ref_argmax_ids;  // and their top-1 predictions to compare
   j["budget"] = {{"bits", req.budget.bits}, {"context", req.budget.context}};
   j["metric"] = req.metric;
   j["intervals"] = "95%, circular block bootstrap over predicted positions, blocks of 32, 2000 replicates";
@@ -176,7 +177,8 @@ std::string eval_json(const EvalRequest& req, const EvalResult& r) {
                          {"kl", {{"mean", x.kl}, {"lo", num(x.kl_ci.lo)}, {"hi", num(x.kl_ci.hi)}}},
                          {"top1", {{"mean", x.top1}, {"lo", num(x.top1_ci.lo)}, {"hi", num(x.top1_ci.hi)}}},
                          {"ranked", x.ranked},
-                         {"vs_pick", {{"lo", num(x.vs_best.lo)}, {"hi", num(x.vs_best.hi)}, {"tied", x.tied_with_best}}}});
+                         {"vs_pick", {{"lo", num(x.vs_best.lo)}, {"hi", num(x.vs_best.hi)}, {"tied", x.tied_with_best}}},
+                         {"argmax_ids", x.argmax_ids}});
   for (const RecallRow& x : r.recall)
     j["recall"].push_back({{"recipe", x.recipe}, {"distance", x.distance}, {"repeat_loss", x.repeat_loss}, {"first_loss", x.first_loss},
                            {"quantized_share", x.quantized}});

@@ -57,6 +57,7 @@ struct EvalRow {
   bool quantizes = false;  // the recipe quantizes at all (not fp16)
   Interval dloss_ci{NAN, NAN}, kl_ci{NAN, NAN}, top1_ci{NAN, NAN};  // 95%, block bootstrap over predicted positions
   std::vector<double> dloss_pos, kl_pos, top1_pos;  // per predicted position (top1: 1 when the argmax agrees)
+  std::vector<int> argmax_ids;                      // per predicted position: the recipe's top-1 next token
   // Against the verdict's pick, by its metric (ranked rows only): the paired difference's 95% interval, and whether
   // it includes 0 (the two cannot be told apart on this passage).
   bool ranked = false;
@@ -92,6 +93,7 @@ struct EvalResult {
   int recall_lead = 0;       // tokens of other text before the recalled passage (past every recipe's sink)
   int generate_context = 0;  // tokens of other text before the greedy prompt
   std::vector<int> passage_ids, greedy_context_ids;  // the evaluated passage (BOS first); what greedy generation starts from
+  std::vector<int> ref_argmax_ids;                   // per predicted position: full precision's (fp32) top-1 next token
   Verdict verdict;
   VerdictMetric metric;
   std::vector<std::string> warnings;  // printed once each to stderr, kept in the outputs

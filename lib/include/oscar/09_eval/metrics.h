@@ -13,10 +13,11 @@ namespace oscar {
 Eigen::VectorXd log_softmax(const Eigen::RowVectorXf& logits);
 
 // Over rows [0, rows) of two logit matrices of the same shape: mean KL(ref || other) of the softmax
-// distributions, and the fraction of rows whose argmax agrees; and both per row.
+// distributions, and the fraction of rows whose argmax agrees; both per row, and each row's argmax ids.
 struct LogitAgreement {
   double kl = 0, top1 = 0;
   std::vector<double> kl_rows, top1_rows;
+  std::vector<int> argmax_ref, argmax_other;
 };
 LogitAgreement compare_logits(const MatrixRM& ref, const MatrixRM& other, long rows);
 
