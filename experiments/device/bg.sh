@@ -8,8 +8,10 @@
 #                                    SRC (the run's results so far) into DEST (e.g. $OUT); exit 0 ended, 3 still running
 #   bg.sh stop NAME                  stops the run's whole process group (not by a pattern, which would match the
 #                                    calling command's own line)
+# Each call gets a fresh copy of the tree: a run that reads the tree's files while it runs should run from a copy.
 # Example (experiments/vllm_bench.py at 100K tokens, about 20 minutes for five caches):
-#   call 1: bash experiments/device/bg.sh start b100 bash experiments/device/vllm_carry.sh run experiments/vllm_bench.py /tmp/b100 --prompt 100000 --output 1024
+#   call 1: cp -r kernels experiments /tmp/okv/ && cd /tmp/okv && PYTHONPATH=/tmp/okv/kernels/python bash experiments/device/bg.sh \
+#             start b100 bash experiments/device/vllm_carry.sh run experiments/vllm_bench.py /tmp/b100 --prompt 100000 --output 1024
 #   call k: bash experiments/device/bg.sh wait b100 540 /tmp/b100 $OUT/b100
 set -uo pipefail
 bg=${BG:-/tmp/bg}
