@@ -333,10 +333,12 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         o = torch.empty_like(q)
         for (qa, qb), (ka, kb) in zip(zip(cu_q, cu_q[1:]), zip(cu_k, cu_k[1:])):
             k, v = K[ka:kb], V[ka:kb]
+            if G > 1:  # query heads of one KV head side by side (the causal-bias path takes no enable_gqa)
+                k, v = k.repeat_interleave(G, 1), v.repeat_interleave(G, 1)
             # query i (position kb - ka - (qb - qa) + i) sees keys up to its own: causal aligned to the lower right
             o[qa:qb] = F.scaled_dot_product_attention(q[qa:qb].transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
                                                       v.transpose(0, 1).unsqueeze(0), attn_mask=causal_lower_right(qb - qa, kb - ka),
-                                                      scale=self.scale, enable_gqa=G > 1)[0].transpose(0, 1)
+                                                      scale=self.scale)[0].transpose(0, 1)
         return o
 
     def _context(self, kv_cache, bt_row, wslot, ctx, L):

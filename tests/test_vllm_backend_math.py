@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""test_vllm_backend_math.py: the vLLM backend's prefill arithmetic on the CPU, with torch and without vLLM (its few
+imports stubbed): OscarCovImpl._context, the cached prefix as a decode reads it (BF16 sink, the body decoded from a page
+pool of random bytes, the recent ring), against a decoder written from kernels/include/oscar/cov_format.h's words
+(2-bit codes little-endian, channel 4k in byte k's lowest bits; 4-bit low nibble first; x = code * scale + zero, fp16
+scale and zero); and OscarCovImpl._attend's torch fallback (used where vLLM has no flash-attn build) against a
+naive causal softmax, for a continued prefill, a one-token one and a fresh one, with 4 query heads per KV head.
+The GPU path (FlashAttention) is checked in the engine (experiments/device/vllm_plugin_check.py). Exit 0 passed,
+1 failed, 77 without torch."""
+import dataclasses
+import struct
+import sys
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+try:
+    import torch
+except ImportError:
+    print("SKIPPED: torch is not installed (pip install torch); the backend's prefill arithmetic needs it")
+    sys.exit(77)
+
+
+def stub_vllm():
+    """The names backend.py imports from vLLM 0.26, as inert stand-ins."""
+    def mod(name, **kw):
+        m = types.ModuleType(name)
+        m.__dict__.update(kw)
+        sys.modules[name] = m
+
+    class Generic:
+        def __class_getitem__(cls, item):
+            return cls
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class FullAttentionSpec:
+        block_size: int = 0
+
+    mod("vllm", __version__="0.26.0")
+    for n in ("vllm.v1", "vllm.v1.attention", "vllm.v1.attention.backends"):
+        mod(n)
+    mod("vllm.config", get_current_vllm_config=lambda: None)
+    mod("vllm.v1.attention.backend", AttentionBackend=object, AttentionImpl=Generic, AttentionMetadata=object,
+        AttentionMetadataBuilder=Generic, CommonAttentionMetadata=object,
+        AttentionCGSupport=types.SimpleNamespace(UNIFORM_SINGLE_TOKEN_DECODE=1), AttentionType=types.SimpleNamespace(DECODER="decoder"))
+    mod("vllm.v1.attention.backends.fa_utils", flash_attn_varlen_func=None, get_flash_attn_version=lambda **k: None,
+        is_flash_attn_varlen_func_available=lambda: False)
+    mod("vllm.v1.attention.backends.utils", split_decodes_and_prefills=None)
+    mod("vllm.v1.kv_cache_interface", FullAttentionSpec=FullAttentionSpec)
+
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL: {what}")
+
+
+def reference_row(pool, lay, page, off, h, value):
+    """One body row of one head, decoded byte by byte from cov_format.h's description."""
+    o_k, o_v, o_kp, o_vp = lay.offsets()
+    base = page * lay.page_bytes + h * lay.region_bytes
+    codes = base + (o_v if value else o_k) + off * lay.code_bytes
+    params = base + (o_vp if value else o_kp) + off * 4
+    scale, zero = struct.unpack("<ee", bytes(pool[params:params + 4]))
+    per = 8 // lay.bits
+    row = []
+    for d in range(lay.head_dim):
+        byte = pool[codes + d // per]
+        code = (byte >> (lay.bits * (d % per))) & ((1 << lay.bits) - 1)
+        row.append(code * scale + zero)
+    return row
+
+
+def main():
+    stub_vllm()
+    sys.path.insert(0, str(ROOT / "kernels" / "python"))
+    from oscar_kv import paged
+    from oscar_kv.vllm import backend
+
+    g = torch.Generator().manual_seed(0)
+    for bits in (2, 4):
+        H, D, P, S, W = 2, 64, 256, paged.SINK, paged.RECENT
+        lay = paged.PagedLayout(H, D, bits, P)
+        impl = object.__new__(backend.OscarCovImpl)
+        impl.num_heads, impl.num_kv_heads, impl.head_size, impl.bits = 2 * H, H, D, bits
+        slots = 3
+        impl.k_sink = torch.randn(slots, H, S, D, generator=g).to(torch.bfloat16)
+        impl.v_sink = torch.randn(slots, H, S, D, generator=g).to(torch.bfloat16)
+        impl.k_recent = torch.randn(slots, H, W, D, generator=g).to(torch.bfloat16)
+        impl.v_recent = torch.randn(slots, H, W, D, generator=g).to(torch.bfloat16)
+        pages = 6
+        pool = torch.randint(0, 256, (pages, lay.page_bytes), dtype=torch.uint8, generator=g)
+        # (scale, zero) as small finite fp16 values, so that no random byte pair is an infinity or NaN
+        flat = pool.view(-1)
+        o_k, o_v, o_kp, o_vp = lay.offsets()
+        for p in range(pages):
+            for h in range(H):
+                for op in (o_kp, o_vp):
+                    a = p * lay.page_bytes + h * lay.region_bytes + op
+                    vals = (torch.rand(P, 2, generator=g) * 0.5 - 0.25).to(torch.float16)
+                    flat[a:a + 4 * P] = vals.view(torch.uint8).view(-1)
+        block_row = torch.tensor([4, 1, 5, 0], dtype=torch.int32)  # the sequence's pages, not in pool order
+        wslot, L, ctx = 1, 900, 700  # a continued prefill: 700 cached tokens of a sequence now 900 long
+        K, V = impl._context(pool, block_row, wslot, ctx, L)
+        body_end = max(S, L - W)
+        raw = pool.view(-1).tolist()
+        worst = 0.0
+        for pos in list(range(0, 70)) + list(range(S, body_end, 37)) + list(range(body_end, ctx)):
+            for h in range(H):
+                for value, got in ((False, K), (True, V)):
+                    if pos < S:
+                        want = (impl.v_sink if value else impl.k_sink)[wslot, h, pos].float().tolist()
+                    elif pos < body_end:
+                        page = int(block_row[pos // P])
+                        want = [float(torch.tensor(x).to(torch.bfloat16)) for x in reference_row(raw, lay, page, pos % P, h, value)]
+                    else:
+                        want = (impl.v_recent if value else impl.k_recent)[wslot, h, (pos - S) % W].float().tolist()
+                    worst = max(worst, max(abs(a - b) for a, b in zip(got[pos, h].float().tolist(), want)))
+        check(K.shape == (ctx, H, D) and worst <= 0.0, f"_context at {bits} bits: worst difference {worst} from the layout's decoder")
+        print(f"_context, {bits} bits: {ctx} cached positions of a {L}-token sequence over shuffled pages: worst difference {worst}")
+
+    # _attend's torch fallback against a naive causal softmax (positions aligned to the end of each request's keys)
+    Hq, H, D = 8, 2, 16
+    G = Hq // H
+    impl = object.__new__(backend.OscarCovImpl)
+    impl.num_heads, impl.num_kv_heads, impl.head_size, impl.scale, impl.fa_version = Hq, H, D, 0.25, None
+    lens_q, lens_k = [5, 1, 7], [12, 1, 7]
+    cu_q, cu_k = [0], [0]
+    for a, b in zip(lens_q, lens_k):
+        cu_q.append(cu_q[-1] + a)
+        cu_k.append(cu_k[-1] + b)
+    q = torch.randn(cu_q[-1], Hq, D, generator=g)
+    K = torch.randn(cu_k[-1], H, D, generator=g)
+    V = torch.randn(cu_k[-1], H, D, generator=g)
+    o = impl._attend(q, K, V, cu_q, cu_k)
+    err = 0.0
+    for r in range(len(lens_q)):
+        for i in range(lens_q[r]):
+            pos = lens_k[r] - lens_q[r] + i
+            for h in range(Hq):
+                k = K[cu_k[r]:cu_k[r] + pos + 1, h // G]
+                v = V[cu_k[r]:cu_k[r] + pos + 1, h // G]
+                p = torch.softmax((k @ q[cu_q[r] + i, h]) * 0.25, 0)
+                err = max(err, (p @ v - o[cu_q[r] + i, h]).abs().max().item())
+    check(err < 1e-5, f"_attend (torch fallback): max error {err} against a naive causal softmax")
+    print(f"_attend fallback, 3 requests (continued, one-token, fresh), GQA 4: max error {err:.2e}")
+    if failures:
+        print(f"FAILED: {len(failures)} check(s)")
+        return 1
+    print("PASSED")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
