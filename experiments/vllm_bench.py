@@ -118,7 +118,8 @@ print("RESULT " + json.dumps({"dtype": dtype, "init_s": init_s, "capacity_tokens
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
-    ap.add_argument("--dtypes", default="auto,fp8,int4_per_token_head,turboquant_4bit_nc,oscar_cov_int2")
+    ap.add_argument("--dtypes", default="auto,fp8,int4_per_token_head,turboquant_4bit_nc,oscar_cov_int2",
+                    help="kv_cache_dtypes in turn; NAME:N gives that one max_num_seqs N (default --max-seqs)")
     ap.add_argument("--prompt", type=int, default=32768)
     ap.add_argument("--output", type=int, default=2048, help="decode budget per request (sizes max_model_len and the concurrency)")
     ap.add_argument("--measure-steps", type=int, default=32, help="decode steps timed once every request is past its prefill")
@@ -136,12 +137,14 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f)
-        for dtype in a.dtypes.split(","):
+        for item in a.dtypes.split(","):
+            dtype, _, cap = item.partition(":")  # NAME:N caps this cache's max_num_seqs (a prefill that would not fit the time)
+            max_seqs = int(cap) if cap else a.max_seqs
             env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
             env.setdefault("OSCAR_KV_ROTATIONS", "random")
             t0 = time.time()
             try:
-                p = subprocess.run([sys.executable, "-c", CHILD, d, dtype, str(a.prompt), str(a.output), str(a.max_seqs), str(a.util),
+                p = subprocess.run([sys.executable, "-c", CHILD, d, dtype, str(a.prompt), str(a.output), str(max_seqs), str(a.util),
                                     str(a.measure_steps), str(a.profile_steps)],
                                    capture_output=True, text=True, timeout=a.timeout, env=env)
                 rc, text = p.returncode, p.stdout + p.stderr
@@ -149,7 +152,7 @@ def main():
                 rc, text = "timeout", ((e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace"))
             line = next((l for l in text.splitlines() if l.startswith("RESULT ")), None)
             r = json.loads(line[7:]) if line else {"dtype": dtype}
-            r.update(rc=rc, wall_s=round(time.time() - t0, 1), prompt=a.prompt, output=a.output, layers=a.layers, max_seqs=a.max_seqs)
+            r.update(rc=rc, wall_s=round(time.time() - t0, 1), prompt=a.prompt, output=a.output, layers=a.layers, max_seqs=max_seqs)
             if not line:
                 r["log_tail"] = text[-3000:]
             res["runs"][dtype] = r
