@@ -146,11 +146,14 @@ def main():
         check(p0["ids"] == [1, 5, 6, 7] and abs(p0["oe_loss_fp32"] - 2.475) < 1e-12 and p0["oe_dloss"] == 0.125 and
               g0["context_ids"] == [1, 9, 9] and g0["oe_int2"] == [3, 8] and g0["oe_fp32"] == [3, 4] and g0["generate"] == 2,
               f"vllm_loss_check.cases_of: {c}")
-        r = subprocess.run([sys.executable, "-c", "import importlib.util as u, sys; s = u.spec_from_file_location('m', sys.argv[1]); "
-                            "m = u.module_from_spec(s); s.loader.exec_module(m); m.cases_of([sys.argv[2]])",
-                            str(ROOT / "experiments" / "device" / "vllm_loss_check.py"), str(old)], capture_output=True, text=True)
-        check(r.returncode != 0 and "no passage_ids" in r.stderr and r.stderr.count("\n") == 1,
-              f"vllm_loss_check on an eval.json without passage_ids: rc {r.returncode}, {r.stderr!r}")
+        truncated = Path(tmp) / "cut.json"
+        truncated.write_text(json.dumps(ev)[:200])
+        for bad, needle in ((old, "no passage_ids"), (truncated, "cannot read"), (Path(tmp) / "missing.json", "cannot read")):
+            r = subprocess.run([sys.executable, "-c", "import importlib.util as u, sys; s = u.spec_from_file_location('m', sys.argv[1]); "
+                                "m = u.module_from_spec(s); s.loader.exec_module(m); m.cases_of([sys.argv[2]])",
+                                str(ROOT / "experiments" / "device" / "vllm_loss_check.py"), str(bad)], capture_output=True, text=True)
+            check(r.returncode != 0 and needle in r.stderr and str(bad) in r.stderr and r.stderr.count("\n") == 1,
+                  f"vllm_loss_check on {bad.name}: rc {r.returncode}, {r.stderr!r}")
         check(vlc.shared_prefix([1, 2, 3], [1, 2, 4]) == 2 and vlc.shared_prefix([1], [1]) == 1, "shared_prefix")
         # its verdict, with the engine's runs faked: within 0.02 and the broken cache caught passes; an engine Δloss
         # 0.05 off, or a broken cache that looks right, fails (the check can fail)

@@ -99,7 +99,11 @@ def cases_of(paths):
     """The passages and greedy prompts of oscar-eval's eval.json files, with oscar-eval's numbers."""
     out = {"passages": [], "greedy": []}
     for p in paths:
-        j = json.load(open(p))
+        try:
+            with open(p) as f:
+                j = json.load(f)
+        except (OSError, ValueError) as e:
+            sys.exit(f"vllm_loss_check: error: {p}: cannot read oscar-eval's eval.json ({e}); give the file oscar-eval --out wrote")
         if "passage_ids" not in j:
             sys.exit(f"vllm_loss_check: error: {p}: no passage_ids; run an oscar-eval that writes them (this tree's)")
         rows = {r["recipe"]: r for r in j["rows"]}
@@ -121,8 +125,8 @@ def main():
     if len(sys.argv) < 4:
         sys.exit(__doc__)
     out, model, evals = sys.argv[1], sys.argv[2], sys.argv[3:]
+    cases = cases_of(evals)  # the inputs checked before anything is written
     os.makedirs(out, exist_ok=True)
-    cases = cases_of(evals)
     cpath = os.path.join(out, "cases.json")
     with open(cpath, "w") as f:
         json.dump(cases, f)
@@ -141,9 +145,9 @@ def main():
         line = next((l for l in text.splitlines() if l.startswith("RESULT ")), None)
         runs[name] = dict(json.loads(line[7:]) if line else {"log_tail": text[-3000:]}, rc=rc, wall_s=round(time.time() - t0, 1))
         print(f"{name}: rc {rc}, {runs[name]['wall_s']} s" + ("" if line else "; log tail:\n" + text[-3000:]), flush=True)
-    res = {"cases": [{k: v for k, v in c.items() if k != "ids"} for c in cases["passages"]], "runs": runs, "tolerance": TOLERANCE}
-    lines = ["| passage | predictions | oscar-eval fp32 loss | vLLM BF16 loss | oscar-eval Δ oscar-cov@2 [95%] | vLLM Δ oscar_cov_int2 | "
-             "difference | vLLM Δ broken |", "|---|---|---|---|---|---|---|---|"]
+    res = {"cases": [{k: v for k, v in c.items() if k != "ids" and not k.startswith("oe_argmax")} for c in cases["passages"]], "runs": runs, "tolerance": TOLERANCE}
+    lines = ["| passage | predictions | in low bits | oscar-eval fp32 loss | vLLM BF16 loss | oscar-eval Δ oscar-cov@2 [95%] | vLLM Δ oscar_cov_int2 | "
+             "difference | vLLM Δ broken |", "|---|---|---|---|---|---|---|---|---|"]
     ok = all(r.get("rc") == 0 for r in runs.values())
     if ok:
         b, q, x = runs["bf16"]["passages"], runs["int2"]["passages"], runs["int2-broken"]["passages"]
@@ -154,9 +158,9 @@ def main():
         d_en = [qi["loss"] - bi["loss"] for qi, bi in zip(q, b)]
         d_br = [xi["loss"] - bi["loss"] for xi, bi in zip(x, b)]
         for c, bi, do, de, dx, k in zip(cases["passages"], b, d_oe, d_en, d_br, n):
-            lines.append(f"| {c['passage']} | {k} | {c['oe_loss_fp32']:.4f} | {bi['loss']:.4f} | {do:+.4f} [{c['oe_dloss_ci'][0]:+.4f}, "
+            lines.append(f"| {c['passage']} | {k} | {100 * c['oe_quantized_share']:.0f}% | {c['oe_loss_fp32']:.4f} | {bi['loss']:.4f} | {do:+.4f} [{c['oe_dloss_ci'][0]:+.4f}, "
                          f"{c['oe_dloss_ci'][1]:+.4f}] | {de:+.4f} | {de - do:+.4f} | {dx:+.4f} |")
-        lines.append(f"| pooled | {sum(n)} | | | {pool(d_oe):+.4f} | {pool(d_en):+.4f} | {pool(d_en) - pool(d_oe):+.4f} | {pool(d_br):+.4f} |")
+        lines.append(f"| pooled | {sum(n)} | | | | {pool(d_oe):+.4f} | {pool(d_en):+.4f} | {pool(d_en) - pool(d_oe):+.4f} | {pool(d_br):+.4f} |")
         res.update(pooled_oe=pool(d_oe), pooled_engine=pool(d_en), pooled_broken=pool(d_br), forced_ok=forced,
                    within=abs(pool(d_en) - pool(d_oe)) <= TOLERANCE, broken_caught=abs(pool(d_br) - pool(d_oe)) > TOLERANCE)
         if all(c.get("oe_argmax_int2") and c.get("oe_argmax_fp32") for c in cases["passages"]):
