@@ -21,10 +21,22 @@ kernel library (OSCAR_KERNELS_LIB); rotations: random orthogonal (dummy weights)
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
+
+# A profiled kernel's kind by its name, the first pattern that matches (KV writes before "flash": vLLM's
+# reshape_and_cache_flash; TurboQuant's Triton decode is _tq_decode_stage1 + _fwd_kernel_stage2).
+KERNEL_KINDS = [("kv write", r"paged_write|reshape_and_cache|cache_kernel|append_kernel|quantize|_store"),
+                ("attention", r"decode_kernel|decode_stage|kernel_stage|combine|merge|flash|fmha|attn|attention|split_kv"),
+                ("GEMM", r"gemm|nvjet|cutlass|xmma|cublas|matmul|sm90_|wgmma")]
+
+
+def kernel_kind(name):
+    return next((k for k, rx in KERNEL_KINDS if re.search(rx, name, re.I)), "other kernels")
+
 
 CONFIG = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
@@ -61,9 +73,7 @@ def profile_steps(engine, n):
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
-    kinds = [("kv write", r"paged_write|reshape_and_cache|cache_kernel|append_kernel|quantize"),  # before "flash"
-             ("attention", r"decode_kernel|combine|merge|flash|fmha|attn|attention|split_kv"),
-             ("GEMM", r"gemm|nvjet|cutlass|xmma|cublas|matmul|sm90_|wgmma")]
+    kinds = __KERNEL_KINDS__
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as pr:
         torch.cuda.synchronize()
         t = time.perf_counter()
@@ -106,7 +116,8 @@ while engine.has_unfinished_requests():
 decode_s = sum(s for s, _ in steps)
 decode_tokens = sum(n for _, n in steps)
 ttft = sorted(first.values())
-print("RESULT " + json.dumps({"dtype": dtype, "init_s": init_s, "capacity_tokens": cap, "block_size": cc.block_size,
+import torch
+print("RESULT " + json.dumps({"dtype": dtype, "device": torch.cuda.get_device_name(), "init_s": init_s, "capacity_tokens": cap, "block_size": cc.block_size,
       "num_gpu_blocks": cc.num_gpu_blocks, "concurrency": fits, "ttft_mean_s": sum(ttft) / max(len(ttft), 1),
       "ttft_p50_s": ttft[len(ttft) // 2] if ttft else None, "ttft_max_s": ttft[-1] if ttft else None,
       "decode_steps": len(steps), "decode_s": decode_s, "decode_tokens": decode_tokens,
@@ -129,7 +140,11 @@ def main():
     ap.add_argument("--layers", type=int, default=32)
     ap.add_argument("--util", type=float, default=0.9)
     ap.add_argument("--timeout", type=int, default=540)
+    ap.add_argument("--render", action="store_true", help="only write OUT/bench.md again from OUT/bench.json")
     a = ap.parse_args()
+    if a.render:
+        write_md(json.load(open(os.path.join(a.out, "bench.json"))), os.path.join(a.out, "bench.md"))
+        return
     os.makedirs(a.out, exist_ok=True)
     cfg = dict(CONFIG, num_hidden_layers=a.layers, max_position_embeddings=max(131072, a.prompt + a.output))
     path = os.path.join(a.out, "bench.json")
@@ -144,7 +159,8 @@ def main():
             env.setdefault("OSCAR_KV_ROTATIONS", "random")
             t0 = time.time()
             try:
-                p = subprocess.run([sys.executable, "-c", CHILD, d, dtype, str(a.prompt), str(a.output), str(max_seqs), str(a.util),
+                child = CHILD.replace("__KERNEL_KINDS__", repr(KERNEL_KINDS))
+                p = subprocess.run([sys.executable, "-c", child, d, dtype, str(a.prompt), str(a.output), str(max_seqs), str(a.util),
                                     str(a.measure_steps), str(a.profile_steps)],
                                    capture_output=True, text=True, timeout=a.timeout, env=env)
                 rc, text = p.returncode, p.stdout + p.stderr
@@ -179,17 +195,20 @@ def write_md(res, path):
     def ratio(r, b, k):
         return f"{r[k] / b[k]:.2f}x" if r.get(k) and b.get(k) else "-"
     s = res["settings"]
-    lines = [f"Llama-3-8B-shaped ({res['config']['num_hidden_layers']} layers, dummy weights), prompts {s['prompt']} + {s['output']} "
-             f"output tokens, max_num_seqs {s['max_seqs']}, gpu_memory_utilization {s['util']}:", "",
-             "| kv_cache_dtype | KV capacity (tokens) | vs BF16 | vs fp8 | concurrency | TTFT mean (s) | output tok/s | vs BF16 | vs fp8 | TPOT (ms) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    caps = ", ".join(f"{k}: {r['max_seqs']}" for k, r in runs.items() if r.get("max_seqs") not in (None, s["max_seqs"]))
+    device = next((r["device"] for r in runs.values() if r.get("device")), None)
+    lines = [f"Llama-3-8B-shaped ({res['config']['num_hidden_layers']} layers, dummy weights){' on ' + device if device else ''}, "
+             f"prompts {s['prompt']} + {s['output']} output tokens, max_num_seqs {s['max_seqs']}{' (' + caps + ')' if caps else ''}, "
+             f"gpu_memory_utilization {s['util']}:", "",
+             "| kv_cache_dtype | quantized | KV capacity (tokens) | vs BF16 | vs fp8 | concurrency | TTFT mean (s) | output tok/s | vs BF16 | "
+             "vs fp8 | TPOT (ms) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for k, r in runs.items():
         if not r.get("capacity_tokens"):
-            lines.append(f"| {k} | failed (rc {r.get('rc')}){': ' + r['note'] if r.get('note') else ''} | | | | | | | | |")
+            lines.append(f"| {k} | {quantized(k, s)} | failed (rc {r.get('rc')}){': ' + r['note'] if r.get('note') else ''} | | | | | | | | |")
             continue
         fits = r["capacity_tokens"] // (s["prompt"] + s["output"])
         conc = f"{r['concurrency']}" + (f" of {fits} that fit" if fits > r["concurrency"] else "")
-        lines.append(f"| {k} | {r['capacity_tokens']:,} | {ratio(r, base, 'capacity_tokens')} | {ratio(r, fp8, 'capacity_tokens')} | "
+        lines.append(f"| {k} | {quantized(k, s)} | {r['capacity_tokens']:,} | {ratio(r, base, 'capacity_tokens')} | {ratio(r, fp8, 'capacity_tokens')} | "
                      f"{conc} | {r['ttft_mean_s']:.1f} | {r['output_tok_s']:.0f} | {ratio(r, base, 'output_tok_s')} | "
                      f"{ratio(r, fp8, 'output_tok_s')} | {r['tpot_ms']:.1f} |")
     split = [(k, r) for k, r in runs.items() if (r.get("split") or {}).get("gpu_ms_per_step")]
@@ -202,8 +221,26 @@ def write_md(res, path):
             g = r["split"]["gpu_ms_per_step"]
             lines.append(f"| {k} | {r['tpot_ms']:.1f} | " + " | ".join(f"{g[x]:.1f}" for x in kinds) +
                          f" | {r['split']['gpu_busy_ms']:.1f} | {max(0.0, r['tpot_ms'] - r['split']['gpu_busy_ms']):.1f} |")
+        lines += [f"{k}: {r['split_note']}" for k, r in split if r.get("split_note")]
+    for k, r in runs.items():  # the targets of an oscar cache against vLLM's own, in this run
+        if k.startswith("oscar_cov") and r.get("capacity_tokens") and base.get("capacity_tokens") and fp8.get("capacity_tokens"):
+            got = [("KV capacity", r["capacity_tokens"] / base["capacity_tokens"], r["capacity_tokens"] / fp8["capacity_tokens"], 6.5, 3.0),
+                   ("decode tok/s", r["output_tok_s"] / base["output_tok_s"], r["output_tok_s"] / fp8["output_tok_s"], 6.0, 3.0)]
+            lines += ["", f"{k} against the targets: " + "; ".join(
+                f"{what} {b:.2f}x BF16 ({'met' if b >= tb else 'missed'}: >= {tb}x), {f:.2f}x fp8 ({'met' if f >= tf else 'missed'}: >= {tf}x)"
+                for what, b, f, tb, tf in got)]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def quantized(dtype, settings):
+    """What of the cache a kv_cache_dtype stores in fewer bits than BF16 (the plugin's BF16 windows: 64 sink + 256 recent tokens)."""
+    if dtype == "auto":
+        return "none (BF16)"
+    if dtype.startswith("oscar_cov_int"):
+        ctx = settings["prompt"] + settings.get("measure_steps", 0)
+        return f"{100 * (1 - min(ctx, 320) / ctx):.1f}% at {dtype[-1]} bits"
+    return f"vLLM's {dtype}"
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ design's Llama-3-8B table (kernels/SERVING_ENGINES.md: 147,456 B pages, 7.11x BF
 the version check (0.26.x only) and the refusals (MLA, sliding windows, head_dim, fp16, ALiBi, prefix caching,
 speculative decoding, page sizes), each one line naming the fix; `import oscar_kv.vllm` without vLLM raises one
 ImportError line; pip install's build carries oscar_kv/vllm and registers the `vllm.general_plugins` entry point;
-experiments/device/vllm_loss_check.py reads oscar-eval's eval.json (and refuses one without token ids in one line).
-Exit 0 passed, 1 failed, 77 library not built.
+experiments/device/vllm_loss_check.py reads oscar-eval's eval.json (and refuses one without token ids in one line);
+experiments/vllm_bench.py's table (ratios, targets, the share in low bits, kernel kinds) from a made-up run;
+vllm_plugin_check.py refuses an unknown OSCAR_CHECK_RUNS name. Exit 0 passed, 1 failed, 77 library not built.
 """
 import subprocess
 import sys
@@ -190,12 +191,65 @@ def main():
         check(rc == 1 and not res["within"], f"loss check verdict (Δloss 0.05 off): rc {rc}")
         rc, res = verdict(0.130, 0.126)
         check(rc == 1 and not res["broken_caught"], f"loss check verdict (broken cache not caught): rc {rc}")
-    print(f"{n} layouts against the C sizes; refusals, arithmetic, packaging and the loss check's reader checked")
+    check_bench_table()
+    check_plugin_check_runs()
+    print(f"{n} layouts against the C sizes; refusals, arithmetic, packaging, the loss check's reader and the serving "
+          f"table checked")
     if failures:
         print(f"FAILED: {len(failures)} check(s)")
         return 1
     print("PASSED")
     return 0
+
+
+def check_bench_table():
+    """experiments/vllm_bench.py's table: ratios to vLLM's own caches of the same run, the targets' verdicts, the share
+    of the cache in low bits, a failed run's note, and the profiled kernels' kinds (TurboQuant's Triton decode)."""
+    import importlib.util
+    import json
+    import tempfile
+    spec = importlib.util.spec_from_file_location("vllm_bench", ROOT / "experiments" / "vllm_bench.py")
+    vb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vb)
+    for name, kind in (("_tq_decode_stage1", "attention"), ("_fwd_kernel_stage2", "attention"), ("void oscar::kernels::decode_kernel<128, 2>", "attention"),
+                       ("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16>", "kv write"), ("paged_write_kernel<128, 2, true>", "kv write"),
+                       ("nvjet_sm90_tst_128x8_64x12", "GEMM"), ("triton_red_fused_add_rms_norm", "other kernels")):
+        check(vb.kernel_kind(name) == kind, f"vllm_bench.kernel_kind({name!r}) = {vb.kernel_kind(name)!r}, want {kind!r}")
+    split = {"gpu_ms_per_step": {"kv write": 0.2, "attention": 23.0, "GEMM": 5.8, "other kernels": 1.1}, "gpu_busy_ms": 30.1}
+    run = lambda cap, tok, tpot, conc, **kw: dict({"capacity_tokens": cap, "output_tok_s": tok, "tpot_ms": tpot, "concurrency": conc,
+                                                   "ttft_mean_s": 10.0, "max_seqs": 64, "split": split}, **kw)
+    res = {"config": {"num_hidden_layers": 32},
+           "settings": {"prompt": 100000, "output": 1024, "max_seqs": 64, "util": 0.9, "measure_steps": 32},
+           "runs": {"auto": run(444528, 170.0, 23.6, 4, device="NVIDIA H100 80GB HBM3"), "fp8": run(889056, 310.0, 25.8, 8),
+                    "oscar_cov_int2": run(3001600, 948.0, 30.6, 25),
+                    "int4_per_token_head": {"rc": "timeout", "max_seqs": 8, "note": "prefill too slow"}}}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.md"
+        vb.write_md(res, str(path))
+        md = path.read_text()
+    rows = {}
+    for line in md.splitlines():  # the main table's row of each cache (the split table repeats the names)
+        if line.startswith("| "):
+            rows.setdefault(line.split(" | ")[0].strip("| "), line)
+    int2 = rows.get("oscar_cov_int2", "")
+    check("on NVIDIA H100 80GB HBM3" in md and "(int4_per_token_head: 8)" in md, f"bench table header: {md.splitlines()[0]!r}")
+    check("| 6.75x | 3.38x |" in int2 and "| 5.58x | 3.06x |" in int2 and "99.7% at 2 bits" in int2 and "25 of 29 that fit" in int2,
+          f"bench table row: {int2!r}")
+    check("failed (rc timeout): prefill too slow" in rows.get("int4_per_token_head", ""), "bench table: a failed run's note")
+    check("decode tok/s 5.58x BF16 (missed: >= 6.0x), 3.06x fp8 (met: >= 3.0x)" in md and "KV capacity 6.75x BF16 (met: >= 6.5x)" in md,
+          "bench table: the targets' verdicts")
+    check("| oscar_cov_int2 | 30.6 | 0.2 | 23.0 | 5.8 | 1.1 | 30.1 | 0.5 |" in md, "bench table: the step's split")
+
+
+def check_plugin_check_runs():
+    """vllm_plugin_check.py refuses an unknown OSCAR_CHECK_RUNS name in one line, before any engine starts."""
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        r = subprocess.run([sys.executable, str(ROOT / "experiments" / "device" / "vllm_plugin_check.py"), str(Path(tmp) / "out")],
+                           capture_output=True, text=True, env=dict(os.environ, OSCAR_CHECK_RUNS="int2-eager,int2-bogus"), timeout=60)
+    check(r.returncode != 0 and r.stderr.strip().count("\n") == 0 and "unknown run(s) int2-bogus" in r.stderr,
+          f"vllm_plugin_check OSCAR_CHECK_RUNS refusal: rc {r.returncode}, {r.stderr!r}")
 
 
 if __name__ == "__main__":

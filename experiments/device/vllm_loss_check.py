@@ -194,6 +194,9 @@ def main():
                    f"difference {pool(d_en) - pool(d_oe):+.4f} ({'within' if res['within'] else 'outside'} {TOLERANCE}); broken cache "
                    f"{pool(d_br):+.4f} ({'caught' if res['broken_caught'] else 'NOT caught'})")
         lines += ["", verdict]
+    for run in runs.values():  # the per-position argmax ids made the top-1 table; 8K ids a run are not kept
+        for r in run.get("passages", []):
+            r.pop("argmax", None)
     with open(os.path.join(out, "loss.json"), "w") as f:
         json.dump(res, f, indent=1)
     with open(os.path.join(out, "loss.md"), "w") as f:

@@ -13,7 +13,7 @@ the cache, RULER's string_match_all against its answers), int2-preempt runs them
 preempts requests (frees their pages and windows) and recomputes them later (the preemptions are counted; a recomputed
 request prefills its generated tokens in BF16, so its ids may differ from int2-eager's after the preemption, its answer
 should not), and a deliberately broken run (int2-broken: every request's BF16 windows in one shared slot) must lose
-accuracy, which shows the check can fail. Writes
+accuracy, which shows the check can fail. OSCAR_CHECK_RUNS=NAME,... runs only those configurations. Writes
 OUT/plugin.json and a log per configuration; prints one line each. Needs vllm importable (vllm_carry.sh sets PYTHONPATH)
 and the package oscar_kv with its kernel library (OSCAR_KERNELS_LIB)."""
 import json
@@ -109,6 +109,13 @@ def main():
                 ("int2-alone", "oscar_cov_int2", "eager", "alone"), ("int2-graphs", "oscar_cov_int2", "graphs", "batch")]
         if tasks != "-":
             runs += [("int2-preempt", "oscar_cov_int2", "eager", "batch"), ("int2-broken", "oscar_cov_int2", "eager", "batch")]
+        only = [n for n in os.environ.get("OSCAR_CHECK_RUNS", "").split(",") if n]  # a subset, e.g. bf16-eager,int2-eager,int2-preempt
+        if only:
+            unknown = sorted(set(only) - {n for n, *_ in runs})
+            if unknown:
+                sys.exit(f"vllm_plugin_check: error: OSCAR_CHECK_RUNS: unknown run(s) {', '.join(unknown)}; "
+                         f"choose from {', '.join(n for n, *_ in runs)}")
+            runs = [r for r in runs if r[0] in only]
         for name, dtype, mode, how in runs:
             t0 = time.time()
             env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", OSCAR_DEVICE_SCRIPTS=os.path.dirname(os.path.abspath(__file__)))
