@@ -145,7 +145,7 @@ def main():
         c = vlc.cases_of([str(good)])
         p0, g0 = c["passages"][0], c["greedy"][0]
         check(p0["ids"] == [1, 5, 6, 7] and abs(p0["oe_loss_fp32"] - 2.475) < 1e-12 and p0["oe_dloss"] == 0.125 and
-              g0["context_ids"] == [1, 9, 9] and g0["oe_int2"] == [3, 8] and g0["oe_fp32"] == [3, 4] and g0["generate"] == 2,
+              g0["context_ids"] == [1, 9, 9] and g0["oe_q"] == [3, 8] and g0["oe_fp32"] == [3, 4] and g0["generate"] == 2,
               f"vllm_loss_check.cases_of: {c}")
         truncated = Path(tmp) / "cut.json"
         truncated.write_text(json.dumps(ev)[:200])
@@ -155,6 +155,18 @@ def main():
                                 str(ROOT / "experiments" / "device" / "vllm_loss_check.py"), str(bad)], capture_output=True, text=True)
             check(r.returncode != 0 and needle in r.stderr and str(bad) in r.stderr and r.stderr.count("\n") == 1,
                   f"vllm_loss_check on {bad.name}: rc {r.returncode}, {r.stderr!r}")
+        try:  # --bits 4 needs oscar-eval's oscar-cov@4 row
+            with contextlib.redirect_stderr(io.StringIO()):
+                vlc.cases_of([str(good)], 4)
+            check(False, "vllm_loss_check.cases_of(bits 4) accepted an eval.json without an oscar-cov@4 row")
+        except SystemExit as e:
+            check("no oscar-cov@4 row" in str(e.code) and "--bits 4" in str(e.code), f"vllm_loss_check bits 4 refusal: {e.code!r}")
+        ev4 = json.loads(json.dumps(ev))
+        ev4["rows"][1]["recipe"], ev4["greedy"][2]["recipe"] = "oscar-cov@4", "oscar-cov@4"
+        four = Path(tmp) / "e4.json"
+        four.write_text(json.dumps(ev4))
+        c4 = vlc.cases_of([str(four)], 4)
+        check(c4["passages"][0]["oe_dloss"] == 0.125 and c4["greedy"][0]["oe_q"] == [3, 8], f"vllm_loss_check.cases_of(bits 4): {c4}")
         check(vlc.shared_prefix([1, 2, 3], [1, 2, 4]) == 2 and vlc.shared_prefix([1], [1]) == 1, "shared_prefix")
         # its verdict, with the engine's runs faked: within 0.02 and the broken cache caught passes; an engine Δloss
         # 0.05 off, or a broken cache that looks right, fails (the check can fail)

@@ -16,8 +16,8 @@
 #           (or ... hf $OUT: the same weights through transformers + oscar_kv.hf against oscar-eval;
 #            or ... vllm $OUT ROTATIONS TASKS: vLLM serving the same weights through the oscar_kv plugin, beside its BF16
 #            cache, on an oscar-tasks file (vllm_carry.sh's stash must be on the machine: experiments/device/vllm_plugin_check.py);
-#            or ... vllm-loss $OUT ROTATIONS EVAL_JSON...: oscar-eval's passages and greedy prompts decoded token by token in
-#            the engine (experiments/device/vllm_loss_check.py); ... vllm-memcheck $OUT ROTATIONS: compute-sanitizer memcheck
+#            or ... vllm-loss $OUT ROTATIONS EVAL_JSON... [--bits 4]: oscar-eval's passages and greedy prompts decoded token by
+#            token in the engine (experiments/device/vllm_loss_check.py; --bits 4: oscar_cov_int4 against oscar-cov@4); ... vllm-memcheck $OUT ROTATIONS: compute-sanitizer memcheck
 #            of the plugin's kernels in a short engine run; ... vllm-pip $OUT ROTATIONS: pip install of kernels/python into
 #            a private folder, then an engine run that loads the plugin only through its vllm.general_plugins entry point)
 # Subcommands:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""vllm_loss_check.py OUT MODEL_DIR EVAL_JSON [EVAL_JSON ...]: oscar-eval's teacher-forced loss and greedy generation
+"""vllm_loss_check.py OUT MODEL_DIR EVAL_JSON [EVAL_JSON ...] [--bits 2|4]: oscar-eval's teacher-forced loss and greedy generation
 reproduced inside vLLM, through the oscar_kv plugin's decode path, on the GPU machine.
 
-Each EVAL_JSON is the eval.json of `oscar-eval --recipes fp16,oscar-cov --bits 2 --prompt P --generate N` on the model
+Each EVAL_JSON is the eval.json of `oscar-eval --recipes fp16,oscar-cov --bits B --prompt P --generate N` on the model
 whose transformers folder is MODEL_DIR (experiments/hf/gguf_to_hf.py of the same GGUF), with the rotations that
 OSCAR_KV_ROTATIONS names fitted on the same calibration dump (oscar-rotate --calib D; oscar-eval --calib-dump D). It
 carries the passage's token ids and the greedy prompt's (context + prompt) ids and continuations.
@@ -15,12 +15,13 @@ plugin's paged write and decode kernels (CUDA graphs on). Per passage: the mean 
 predictions as oscar-eval's, and the top-1 next token at every position (agreement with oscar-eval's, when its
 eval.json carries argmax_ids); per greedy prompt: the prompt forced, then N free greedy tokens.
 
-Runs, each in its own process: bf16 (vLLM's own cache), int2 (kv_cache_dtype oscar_cov_int2), int2-broken (every
-request's BF16 windows in one shared slot: a deliberately wrong cache, which the check must catch). All passages and
-prompts of a run go in one batch. Pass: the engine's Δloss (int2 - bf16), pooled over the passages, within 0.02 nats
-of oscar-eval's oscar-cov@2 Δloss (against its fp32 cache), and the broken run outside it.
+Runs, each in its own process: bf16 (vLLM's own cache), int2 (kv_cache_dtype oscar_cov_int2; int4 with --bits 4),
+int2-broken (every request's BF16 windows in one shared slot: a deliberately wrong cache, which the check must catch).
+All passages and prompts of a run go in one batch. Pass: the engine's Δloss (int2 - bf16), pooled over the passages,
+within 0.02 nats of oscar-eval's oscar-cov@2 (@4) Δloss (against its fp32 cache), and the broken run outside it.
 Writes OUT/loss.json and OUT/loss.md; prints the table. Needs vLLM importable (vllm_carry.sh run) and oscar_kv with
 its kernel library (OSCAR_KERNELS_LIB)."""
+import argparse
 import json
 import os
 import subprocess
@@ -95,8 +96,9 @@ def shared_prefix(a, b):
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def cases_of(paths):
-    """The passages and greedy prompts of oscar-eval's eval.json files, with oscar-eval's numbers."""
+def cases_of(paths, bits=2):
+    """The passages and greedy prompts of oscar-eval's eval.json files, with oscar-eval's numbers of oscar-cov@bits."""
+    recipe = f"oscar-cov@{bits}"
     out = {"passages": [], "greedy": []}
     for p in paths:
         try:
@@ -107,31 +109,36 @@ def cases_of(paths):
         if "passage_ids" not in j:
             sys.exit(f"vllm_loss_check: error: {p}: no passage_ids; run an oscar-eval that writes them (this tree's)")
         rows = {r["recipe"]: r for r in j["rows"]}
-        if "oscar-cov@2" not in rows:
-            sys.exit(f"vllm_loss_check: error: {p}: no oscar-cov@2 row; run oscar-eval --recipes fp16,oscar-cov --bits 2")
-        q = rows["oscar-cov@2"]
+        if recipe not in rows:
+            sys.exit(f"vllm_loss_check: error: {p}: no {recipe} row; run oscar-eval --recipes fp16,oscar-cov --bits {bits}")
+        q = rows[recipe]
         out["passages"].append({"source": p, "passage": j["passage"], "ids": j["passage_ids"], "oe_loss_fp32": q["loss"] - q["dloss"]["mean"],
-                                "oe_loss_int2": q["loss"], "oe_dloss": q["dloss"]["mean"], "oe_dloss_ci": [q["dloss"]["lo"], q["dloss"]["hi"]],
+                                "oe_loss_q": q["loss"], "oe_dloss": q["dloss"]["mean"], "oe_dloss_ci": [q["dloss"]["lo"], q["dloss"]["hi"]],
                                 "oe_quantized_share": q["quantized_share"], "oe_argmax_fp32": j.get("fp32_argmax_ids"),
-                                "oe_argmax_int2": q.get("argmax_ids")})
+                                "oe_argmax_q": q.get("argmax_ids")})
         if j.get("greedy_context_ids"):
             by = {g["recipe"]: g for g in j["greedy"]}
-            out["greedy"].append({"source": p, "context_ids": j["greedy_context_ids"], "generate": by["oscar-cov@2"]["generated"],
-                                  "oe_fp32": by["full precision (fp32)"]["ids"], "oe_int2": by["oscar-cov@2"]["ids"]})
+            out["greedy"].append({"source": p, "context_ids": j["greedy_context_ids"], "generate": by[recipe]["generated"],
+                                  "oe_fp32": by["full precision (fp32)"]["ids"], "oe_q": by[recipe]["ids"]})
     return out
 
 
 def main():
-    if len(sys.argv) < 4:
-        sys.exit(__doc__)
-    out, model, evals = sys.argv[1], sys.argv[2], sys.argv[3:]
-    cases = cases_of(evals)  # the inputs checked before anything is written
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("model")
+    ap.add_argument("evals", nargs="+")
+    ap.add_argument("--bits", type=int, choices=(2, 4), default=2)
+    a = ap.parse_args()
+    out, model, evals, bits = a.out, a.model, a.evals, a.bits
+    Q, R = f"int{bits}", f"oscar-cov@{bits}"  # the run's and oscar-eval's names
+    cases = cases_of(evals, bits)  # the inputs checked before anything is written
     os.makedirs(out, exist_ok=True)
     cpath = os.path.join(out, "cases.json")
     with open(cpath, "w") as f:
         json.dump(cases, f)
     runs = {}
-    for name, dtype, mode in (("bf16", "auto", "graphs"), ("int2", "oscar_cov_int2", "graphs"), ("int2-broken", "oscar_cov_int2", "broken")):
+    for name, dtype, mode in (("bf16", "auto", "graphs"), (Q, f"oscar_cov_{Q}", "graphs"), (f"{Q}-broken", f"oscar_cov_{Q}", "broken")):
         t0 = time.time()
         env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", OSCAR_DEVICE_SCRIPTS=os.path.dirname(os.path.abspath(__file__)))
         try:
@@ -146,11 +153,11 @@ def main():
         runs[name] = dict(json.loads(line[7:]) if line else {"log_tail": text[-3000:]}, rc=rc, wall_s=round(time.time() - t0, 1))
         print(f"{name}: rc {rc}, {runs[name]['wall_s']} s" + ("" if line else "; log tail:\n" + text[-3000:]), flush=True)
     res = {"cases": [{k: v for k, v in c.items() if k != "ids" and not k.startswith("oe_argmax")} for c in cases["passages"]], "runs": runs, "tolerance": TOLERANCE}
-    lines = ["| passage | predictions | in low bits | oscar-eval fp32 loss | vLLM BF16 loss | oscar-eval Δ oscar-cov@2 [95%] | vLLM Δ oscar_cov_int2 | "
+    lines = [f"| passage | predictions | in low bits | oscar-eval fp32 loss | vLLM BF16 loss | oscar-eval Δ {R} [95%] | vLLM Δ oscar_cov_{Q} | "
              "difference | vLLM Δ broken |", "|---|---|---|---|---|---|---|---|---|"]
     ok = all(r.get("rc") == 0 for r in runs.values())
     if ok:
-        b, q, x = runs["bf16"]["passages"], runs["int2"]["passages"], runs["int2-broken"]["passages"]
+        b, q, x = runs["bf16"]["passages"], runs[Q]["passages"], runs[f"{Q}-broken"]["passages"]
         forced = all(r["forced_ok"] for run in runs.values() for r in run["passages"] + run["greedy"])
         n = [r["predictions"] for r in b]
         pool = lambda v: sum(a * w for a, w in zip(v, n)) / sum(n)
@@ -163,32 +170,32 @@ def main():
         lines.append(f"| pooled | {sum(n)} | | | | {pool(d_oe):+.4f} | {pool(d_en):+.4f} | {pool(d_en) - pool(d_oe):+.4f} | {pool(d_br):+.4f} |")
         res.update(pooled_oe=pool(d_oe), pooled_engine=pool(d_en), pooled_broken=pool(d_br), forced_ok=forced,
                    within=abs(pool(d_en) - pool(d_oe)) <= TOLERANCE, broken_caught=abs(pool(d_br) - pool(d_oe)) > TOLERANCE)
-        if all(c.get("oe_argmax_int2") and c.get("oe_argmax_fp32") for c in cases["passages"]):
+        if all(c.get("oe_argmax_q") and c.get("oe_argmax_fp32") for c in cases["passages"]):
             # next-token (top-1) agreement under teacher forcing: the greedy choice at every position of the same text,
             # which does not compound the way a free greedy continuation does
             def agree(pairs):
                 same = sum(sum(x == y for x, y in zip(a, b)) for a, b in pairs)
                 return same / max(sum(len(a) for a, _ in pairs), 1)
             P = cases["passages"]
-            cols = {"oscar-eval oscar-cov@2 vs its fp32": [(c["oe_argmax_int2"], c["oe_argmax_fp32"]) for c in P],
+            cols = {f"oscar-eval {R} vs its fp32": [(c["oe_argmax_q"], c["oe_argmax_fp32"]) for c in P],
                     "vLLM BF16 vs oscar-eval fp32": [(bi["argmax"], c["oe_argmax_fp32"]) for bi, c in zip(b, P)],
-                    "vLLM int2 vs oscar-eval oscar-cov@2": [(qi["argmax"], c["oe_argmax_int2"]) for qi, c in zip(q, P)],
-                    "vLLM int2 vs vLLM BF16": [(qi["argmax"], bi["argmax"]) for qi, bi in zip(q, b)],
-                    "broken vs oscar-eval oscar-cov@2": [(xi["argmax"], c["oe_argmax_int2"]) for xi, c in zip(x, P)]}
+                    f"vLLM {Q} vs oscar-eval {R}": [(qi["argmax"], c["oe_argmax_q"]) for qi, c in zip(q, P)],
+                    f"vLLM {Q} vs vLLM BF16": [(qi["argmax"], bi["argmax"]) for qi, bi in zip(q, b)],
+                    f"broken vs oscar-eval {R}": [(xi["argmax"], c["oe_argmax_q"]) for xi, c in zip(x, P)]}
             res["top1_agreement"] = {k: agree(v) for k, v in cols.items()}
             lines += ["", "| top-1 next-token agreement (teacher-forced) | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
             for i, c in enumerate(P):
                 lines.append(f"| {c['passage']} | " + " | ".join(f"{agree([v[i]]):.3f}" for v in cols.values()) + " |")
             lines.append("| pooled | " + " | ".join(f"{res['top1_agreement'][k]:.3f}" for k in cols) + " |")
-        lines += ["", "| greedy prompt | context tokens | vLLM BF16 = oscar-eval fp32 (shared prefix) | vLLM int2 = oscar-eval oscar-cov@2 "
-                  "(shared prefix) | tokens agreeing | broken = oscar-eval oscar-cov@2 |", "|---|---|---|---|---|---|"]
+        lines += ["", f"| greedy prompt | context tokens | vLLM BF16 = oscar-eval fp32 (shared prefix) | vLLM {Q} = oscar-eval {R} "
+                  f"(shared prefix) | tokens agreeing | broken = oscar-eval {R} |", "|---|---|---|---|---|---|"]
         agree = tot = 0
-        for g, gb, gq, gx in zip(cases["greedy"], runs["bf16"]["greedy"], runs["int2"]["greedy"], runs["int2-broken"]["greedy"]):
-            same = sum(a == c for a, c in zip(gq["ids"], g["oe_int2"]))
-            agree, tot = agree + same, tot + len(g["oe_int2"])
+        for g, gb, gq, gx in zip(cases["greedy"], runs["bf16"]["greedy"], runs[Q]["greedy"], runs[f"{Q}-broken"]["greedy"]):
+            same = sum(a == c for a, c in zip(gq["ids"], g["oe_q"]))
+            agree, tot = agree + same, tot + len(g["oe_q"])
             lines.append(f"| {os.path.splitext(os.path.basename(g['source']))[0]} | {len(g['context_ids'])} | {shared_prefix(gb['ids'], g['oe_fp32'])}/"
-                         f"{g['generate']} | {shared_prefix(gq['ids'], g['oe_int2'])}/{g['generate']} | {same}/{len(g['oe_int2'])} | "
-                         f"{shared_prefix(gx['ids'], g['oe_int2'])}/{g['generate']} |")
+                         f"{g['generate']} | {shared_prefix(gq['ids'], g['oe_q'])}/{g['generate']} | {same}/{len(g['oe_q'])} | "
+                         f"{shared_prefix(gx['ids'], g['oe_q'])}/{g['generate']} |")
         res["greedy_token_agreement"] = agree / max(tot, 1)
         verdict = (f"forced tokens {'ok' if forced else 'NOT followed'}; pooled Δloss: vLLM {pool(d_en):+.4f}, oscar-eval {pool(d_oe):+.4f}, "
                    f"difference {pool(d_en) - pool(d_oe):+.4f} ({'within' if res['within'] else 'outside'} {TOLERANCE}); broken cache "
