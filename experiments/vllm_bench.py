@@ -149,6 +149,7 @@ def main():
     cfg = dict(CONFIG, num_hidden_layers=a.layers, max_position_embeddings=max(131072, a.prompt + a.output))
     path = os.path.join(a.out, "bench.json")
     res = json.load(open(path)) if os.path.exists(path) else {"config": cfg, "settings": vars(a), "runs": {}}
+    child = CHILD.replace("__KERNEL_KINDS__", repr(KERNEL_KINDS))
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(cfg, f)
@@ -159,7 +160,6 @@ def main():
             env.setdefault("OSCAR_KV_ROTATIONS", "random")
             t0 = time.time()
             try:
-                child = CHILD.replace("__KERNEL_KINDS__", repr(KERNEL_KINDS))
                 p = subprocess.run([sys.executable, "-c", child, d, dtype, str(a.prompt), str(a.output), str(max_seqs), str(a.util),
                                     str(a.measure_steps), str(a.profile_steps)],
                                    capture_output=True, text=True, timeout=a.timeout, env=env)
@@ -234,12 +234,15 @@ def write_md(res, path):
 
 
 def quantized(dtype, settings):
-    """What of the cache a kv_cache_dtype stores in fewer bits than BF16 (the plugin's BF16 windows: 64 sink + 256 recent tokens)."""
+    """What of the cache a kv_cache_dtype stores in fewer bits than BF16 (the plugin keeps oscar_kv.paged's BF16 sink and
+    recent windows)."""
     if dtype == "auto":
         return "none (BF16)"
     if dtype.startswith("oscar_cov_int"):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels", "python"))
+        from oscar_kv import paged
         ctx = settings["prompt"] + settings.get("measure_steps", 0)
-        return f"{100 * (1 - min(ctx, 320) / ctx):.1f}% at {dtype[-1]} bits"
+        return f"{100 * (1 - min(ctx, paged.SINK + paged.RECENT) / ctx):.1f}% at {dtype[-1]} bits"
     return f"vLLM's {dtype}"
 
 
