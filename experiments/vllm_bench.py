@@ -143,7 +143,13 @@ def main():
     ap.add_argument("--render", action="store_true", help="only write OUT/bench.md again from OUT/bench.json")
     a = ap.parse_args()
     if a.render:
-        write_md(json.load(open(os.path.join(a.out, "bench.json"))), os.path.join(a.out, "bench.md"))
+        src = os.path.join(a.out, "bench.json")
+        try:
+            with open(src) as f:
+                res = json.load(f)
+        except (OSError, ValueError) as e:
+            sys.exit(f"vllm_bench: error: {src}: cannot read a benchmark's results ({e}); give the folder a run wrote")
+        write_md(res, os.path.join(a.out, "bench.md"))
         return
     os.makedirs(a.out, exist_ok=True)
     cfg = dict(CONFIG, num_hidden_layers=a.layers, max_position_embeddings=max(131072, a.prompt + a.output))

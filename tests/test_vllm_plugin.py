@@ -251,6 +251,13 @@ def check_bench_table():
     check("decode tok/s 5.58x BF16 (missed: >= 6.0x), 3.06x fp8 (met: >= 3.0x)" in md and "KV capacity 6.75x BF16 (met: >= 6.5x)" in md,
           "bench table: the targets' verdicts")
     check("| oscar_cov_int2 | 30.6 | 0.2 | 23.0 | 5.8 | 1.1 | 30.1 | 0.5 |" in md, "bench table: the step's split")
+    with tempfile.TemporaryDirectory() as tmp:  # --render of a missing or truncated bench.json: one line, no bench.md
+        for text in (None, '{"runs": {'):
+            if text is not None:
+                (Path(tmp) / "bench.json").write_text(text)
+            r = subprocess.run([sys.executable, str(ROOT / "experiments" / "vllm_bench.py"), tmp, "--render"], capture_output=True, text=True)
+            check(r.returncode != 0 and r.stderr.count("\n") == 1 and "cannot read" in r.stderr and not (Path(tmp) / "bench.md").exists(),
+                  f"vllm_bench --render on {'a truncated' if text else 'no'} bench.json: rc {r.returncode}, {r.stderr!r}")
 
 
 def check_plugin_check_runs():
