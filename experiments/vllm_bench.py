@@ -117,7 +117,11 @@ decode_s = sum(s for s, _ in steps)
 decode_tokens = sum(n for _, n in steps)
 ttft = sorted(first.values())
 import torch
-print("RESULT " + json.dumps({"dtype": dtype, "device": torch.cuda.get_device_name(), "init_s": init_s, "capacity_tokens": cap, "block_size": cc.block_size,
+split_tokens = None
+if dtype.startswith("oscar"):
+    from oscar_kv import paged
+    split_tokens = paged.decode_split_tokens(prompt + output)  # what the backend decodes with (max_model_len)
+print("RESULT " + json.dumps({"dtype": dtype, "device": torch.cuda.get_device_name(), "decode_split_tokens": split_tokens, "init_s": init_s, "capacity_tokens": cap, "block_size": cc.block_size,
       "num_gpu_blocks": cc.num_gpu_blocks, "concurrency": fits, "ttft_mean_s": sum(ttft) / max(len(ttft), 1),
       "ttft_p50_s": ttft[len(ttft) // 2] if ttft else None, "ttft_max_s": ttft[-1] if ttft else None,
       "decode_steps": len(steps), "decode_s": decode_s, "decode_tokens": decode_tokens,
@@ -217,6 +221,8 @@ def write_md(res, path):
         lines.append(f"| {k} | {quantized(k, s)} | {r['capacity_tokens']:,} | {ratio(r, base, 'capacity_tokens')} | {ratio(r, fp8, 'capacity_tokens')} | "
                      f"{conc} | {r['ttft_mean_s']:.1f} | {r['output_tok_s']:.0f} | {ratio(r, base, 'output_tok_s')} | "
                      f"{ratio(r, fp8, 'output_tok_s')} | {r['tpot_ms']:.1f} |")
+    lines += [f"{k}: decode split {r['decode_split_tokens']} tokens (oscar_kv.paged.decode_split_tokens)"
+              for k, r in runs.items() if r.get("decode_split_tokens")]
     split = [(k, r) for k, r in runs.items() if (r.get("split") or {}).get("gpu_ms_per_step")]
     if split:
         kinds = list(split[0][1]["split"]["gpu_ms_per_step"])

@@ -63,6 +63,15 @@ def main():
     check(ws >= need and lib.oscar_cov_paged_workspace_bytes(16, 32, 8, 128, 32768, 0) == ws0,
           f"paged decode workspace {ws} < {need} (fixed splits), or split 0 != oscar_decode_workspace_bytes {ws0}")
     check(lib.oscar_cov_paged_workspace_bytes(16, 32, 8, 128, 32768, 100) == 0, "split_tokens 100 must give 0")
+    # The engine's fixed decode split: from max_model_len, or the environment's (a multiple of the kernels' granule).
+    for mml, env, want in ((8192, {}, 2048), (65535, {}, 2048), (65536, {}, 4096), (101024, {}, 4096),
+                           (101024, {paged.SPLIT_ENV: "8192"}, 8192), (2048, {paged.SPLIT_ENV: " 256 "}, 256)):
+        got = paged.decode_split_tokens(mml, env)
+        check(got == want, f"decode_split_tokens({mml}, {env}) = {got}, want {want}")
+        check(lib.oscar_cov_paged_workspace_bytes(29, 32, 8, 128, mml, got) > 0, f"the C library refuses split {got}")
+    for bad in ("100", "0", "-256", "4k", "4096.0"):
+        refuses(lambda: paged.decode_split_tokens(101024, {paged.SPLIT_ENV: bad}), f"{paged.SPLIT_ENV}={bad}: the decode split must be",
+                f"{paged.SPLIT_ENV}={bad}")
     check(lib.oscar_cov_paged_page_bytes(100, 8, 128, 2) == 0, "a page of 100 tokens must be refused by the C sizes (0)")
     check(lib.oscar_cov_paged_page_bytes(256, 8, 96, 2) == 0, "head_dim 96 must be refused by the C sizes (0)")
     # The design's Llama-3-8B numbers (8 KV heads, head_dim 128, P = 256).
@@ -233,7 +242,7 @@ def check_bench_table():
     res = {"config": {"num_hidden_layers": 32},
            "settings": {"prompt": 100000, "output": 1024, "max_seqs": 64, "util": 0.9, "measure_steps": 32},
            "runs": {"auto": run(444528, 170.0, 23.6, 4, device="NVIDIA H100 80GB HBM3"), "fp8": run(889056, 310.0, 25.8, 8),
-                    "oscar_cov_int2": run(3001600, 948.0, 30.6, 25),
+                    "oscar_cov_int2": run(3001600, 948.0, 30.6, 25, decode_split_tokens=4096),
                     "int4_per_token_head": {"rc": "timeout", "max_seqs": 8, "note": "prefill too slow"}}}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.md"
@@ -251,6 +260,7 @@ def check_bench_table():
     check("decode tok/s 5.58x BF16 (missed: >= 6.0x), 3.06x fp8 (met: >= 3.0x)" in md and "KV capacity 6.75x BF16 (met: >= 6.5x)" in md,
           "bench table: the targets' verdicts")
     check("| oscar_cov_int2 | 30.6 | 0.2 | 23.0 | 5.8 | 1.1 | 30.1 | 0.5 |" in md, "bench table: the step's split")
+    check("oscar_cov_int2: decode split 4096 tokens" in md, "bench table: the oscar cache's decode split")
     with tempfile.TemporaryDirectory() as tmp:  # --render of a missing or truncated bench.json: one line, no bench.md
         for text in (None, '{"runs": {'):
             if text is not None:

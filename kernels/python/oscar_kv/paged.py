@@ -7,6 +7,7 @@ A page holds `page_tokens` positions of one sequence for every KV head of a laye
 K codes [P][D*bits/8], V codes [P][D*bits/8], K (scale, zero) fp16x2 [P], V (scale, zero) fp16x2 [P]. The BF16 sink
 (64 tokens) and recent window (256) live outside the pages in per-sequence window slots.
 """
+import os
 from dataclasses import dataclass
 
 # kv_cache_dtype name -> body bits
@@ -16,7 +17,15 @@ PAGE_MULTIPLE = 64           # page_tokens must be a multiple of it (the INT2 de
 DEFAULT_PAGE_TOKENS = 256    # the page (vLLM kernel block) the plugin asks for
 HEAD_DIMS = (64, 128, 256)   # compiled decode shapes (oscar_cov_shape_supported)
 SUPPORTED_VLLM = "0.26"      # the one vLLM minor the plugin patches
-DECODE_SPLIT_TOKENS = 2048   # the decode's fixed split (oscar_paged_batch.split_tokens): batch-invariant attention
+# The decode's fixed split (oscar_paged_batch.split_tokens): tokens per block of a sequence's body, whatever batch the
+# sequence shares, so that its attention output does not depend on the batch. It is an engine constant chosen from
+# max_model_len (decode_split_tokens): longer splits mean fewer partials and block starts at long context and fewer
+# blocks to fill the GPU at small batch (experiments/device/paged_split_bench.py measures both sides).
+DECODE_SPLIT_TOKENS = 2048        # max_model_len below LONG_CONTEXT
+DECODE_SPLIT_TOKENS_LONG = 4096   # max_model_len >= LONG_CONTEXT
+LONG_CONTEXT = 65536
+SPLIT_GRANULE = 256               # the kernels' body split granule (plan::kQuantGranule: 4 warps x 64 tokens)
+SPLIT_ENV = "OSCAR_KV_DECODE_SPLIT_TOKENS"
 
 
 class Unsupported(ValueError):
@@ -95,6 +104,23 @@ class PagedLayout:
     def bf16_ratio(self):
         """How many times fewer pool bytes a token takes than in a BF16 page."""
         return (4 * self.head_dim) / self.token_bytes
+
+
+def decode_split_tokens(max_model_len, env=None):
+    """The engine's fixed decode split: $OSCAR_KV_DECODE_SPLIT_TOKENS when set (a positive multiple of SPLIT_GRANULE),
+    else DECODE_SPLIT_TOKENS_LONG for max_model_len >= LONG_CONTEXT and DECODE_SPLIT_TOKENS below."""
+    env = os.environ if env is None else env
+    raw = env.get(SPLIT_ENV, "").strip()
+    if raw:
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if n <= 0 or n % SPLIT_GRANULE:
+            raise Unsupported(f"{SPLIT_ENV}={raw}: the decode split must be a positive multiple of {SPLIT_GRANULE} tokens "
+                              f"(e.g. {DECODE_SPLIT_TOKENS_LONG}), or unset for the default")
+        return n
+    return DECODE_SPLIT_TOKENS_LONG if max_model_len >= LONG_CONTEXT else DECODE_SPLIT_TOKENS
 
 
 def check_vllm_version(version):

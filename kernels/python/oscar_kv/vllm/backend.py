@@ -5,9 +5,10 @@ kernel block of 256 tokens) plus this layer's BF16 window slots, allocated with 
 counts them): one slot per request state of the V2 model runner (max_num_seqs) and one scratch slot for padded rows.
 A step: every new token is quantized into its page and, if it is a sink or recent token, copied into its request's
 window slot (oscar_cov_paged_write); then decodes attend through oscar_cov_paged_decode (graph-capturable: a uniform
-decode batch replays as one CUDA graph; fixed splits of paged.DECODE_SPLIT_TOKENS, so a request's attention output does
-not depend on the batch it shares), and prefills attend to their own tokens in BF16 (vLLM's FlashAttention) and to what the
-cache holds before them (sink and recent window in BF16, the rest dequantized from the pages).
+decode batch replays as one CUDA graph; fixed splits of paged.decode_split_tokens(max_model_len), so a request's
+attention output does not depend on the batch it shares), and prefills attend to their own tokens in BF16 (vLLM's
+FlashAttention) and to what the cache holds before them (sink and recent window in BF16, the rest dequantized from the
+pages).
 Rotations (oscar-cov's R_K, R_V per layer or per KV head) come from OSCAR_KV_ROTATIONS: an oscar-rotate file, or
 "random[:SEED]" (random orthogonal matrices, for dummy weights)."""
 import ctypes as C
@@ -211,6 +212,7 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         self.bits = paged.CACHE_DTYPES[kv_cache_dtype]
         self.max_model_len = cfg.model_config.max_model_len
         self.max_num_seqs = cfg.scheduler_config.max_num_seqs
+        self.split_tokens = paged.decode_split_tokens(self.max_model_len)
         dev = torch.device("cuda", torch.cuda.current_device())
         H, D, S, W = self.num_kv_heads, head_size, paged.SINK, paged.RECENT
         slots = self.max_num_seqs + 1  # + the scratch slot of padded rows
@@ -219,7 +221,7 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         self.k_recent = torch.zeros(slots, H, W, D, dtype=torch.bfloat16, device=dev)
         self.v_recent = torch.zeros_like(self.k_recent)
         self.lib = _capi.load()
-        ws = self.lib.oscar_cov_paged_workspace_bytes(self.max_num_seqs, num_heads, H, D, self.max_model_len, paged.DECODE_SPLIT_TOKENS)
+        ws = self.lib.oscar_cov_paged_workspace_bytes(self.max_num_seqs, num_heads, H, D, self.max_model_len, self.split_tokens)
         self.workspace = _shared_buffer("workspace", ws, dev)
         self.out32 = _shared_buffer("out32", self.max_num_seqs * num_heads * D * 4, dev)[:self.max_num_seqs * num_heads * D * 4] \
             .view(torch.float32).view(self.max_num_seqs, num_heads, D)
@@ -278,7 +280,7 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         if nd:
             q = query[:nd].contiguous()
             dec = _capi.PagedBatch(nd, md.seq_lens.data_ptr(), md.query_start_loc.data_ptr(), md.block_table.data_ptr(),
-                                   md.block_table.stride(0), md.window_slot.data_ptr(), paged.DECODE_SPLIT_TOKENS)
+                                   md.block_table.stride(0), md.window_slot.data_ptr(), self.split_tokens)
             self.lib.call("oscar_cov_paged_decode", C.byref(cache), C.byref(self.rot), C.byref(dec), q.data_ptr(),
                           self.num_heads, self.max_model_len, C.c_float(self.scale), self.out32.data_ptr(),
                           self.workspace.data_ptr(), self.workspace.numel(), stream)

@@ -98,6 +98,7 @@ def register():
     """Installs the patches above (once per process)."""
     if _done:
         return
+    paged.decode_split_tokens(0)  # a bad OSCAR_KV_DECODE_SPLIT_TOKENS is refused before the engine starts
     _extend_cache_dtypes()
     _route_backend()
     _wrap_spec()
