@@ -1,13 +1,13 @@
 """paged_split_bench.py: the paged INT2/INT4 decode (oscar_cov_paged_decode: query rotation, split-KV decode, merge,
 output rotation) of one layer, timed for several fixed splits (oscar_paged_batch.split_tokens) and batches, beside a
-device copy measured in the same run. The vLLM plugin decodes with one fixed split (oscar_kv.paged.DECODE_SPLIT_TOKENS)
+device copy measured in the same run. The vLLM plugin decodes with one fixed split (oscar_kv.paged.decode_split_tokens)
 so that a request's output does not depend on its batch; this measures what that choice costs or gains.
 
 Usage: python3 paged_split_bench.py OUT.json [--ctx 101024] [--batches 1,4,29] [--splits 0,2048,4096,8192,16384]
        [--q-heads 32 --kv-heads 8 --head-dim 128 --bits 2]
 Split 0 is the library's planner (one wave of blocks; not batch-invariant), for reference. Each (batch, split) is timed
-per call (CUDA events around 50 back-to-back calls) and as 50 replays of a CUDA graph of one call. The pool holds random
-codes and fixed (scale, zero) parameters; the windows random BF16 rows; the rotations a random orthogonal matrix.
+per call and as CUDA-graph replays (oscar_kv.timing's medians). The pool holds random codes and fixed (scale, zero)
+parameters; the windows random BF16 rows; the rotations a random orthogonal matrix.
 """
 import argparse
 import ctypes as C
@@ -16,37 +16,7 @@ import sys
 
 import torch
 
-from oscar_kv import _capi, paged
-
-
-def timed(fn, reps=50):
-    """Mean microseconds a call: per call (events around reps calls) and as reps replays of a captured graph."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(reps):
-        fn()
-    e1.record()
-    torch.cuda.synchronize()
-    per_call = e0.elapsed_time(e1) * 1e3 / reps
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
-    torch.cuda.synchronize()
-    e0.record()
-    for _ in range(reps):
-        g.replay()
-    e1.record()
-    torch.cuda.synchronize()
-    return per_call, e0.elapsed_time(e1) * 1e3 / reps
+from oscar_kv import _capi, paged, timing
 
 
 def main():
@@ -94,11 +64,7 @@ def main():
     window_slot = torch.arange(B, dtype=torch.int32, device=dev)
     q = (torch.randn(B, Hq, D, device=dev) * 0.5).to(torch.bfloat16)
     out = torch.empty(B, Hq, D, dtype=torch.float32, device=dev)
-    # a copy of the same size as the largest batch's pool, for the run's bandwidth reference (read + write)
-    src = torch.empty(B * pps * lay.page_bytes // 2, dtype=torch.uint8, device=dev)
-    dst = torch.empty_like(src)
-    copy_g = min(timed(lambda: dst.copy_(src))[1] for _ in range(3))  # the first rounds run before the clocks settle
-    copy_tbs = 2 * src.numel() / (copy_g * 1e-6) / 1e12
+    copy_tbs = timing.copy_tbps()  # the run's bandwidth reference (read + write)
     res = {"device": torch.cuda.get_device_name(), "ctx": a.ctx, "q_heads": Hq, "kv_heads": H, "head_dim": D, "bits": a.bits,
            "page_tokens": P, "copy_tb_s": copy_tbs, "rows": []}
     print(f"{res['device']}: copy {copy_tbs:.2f} TB/s (read + write); ctx {a.ctx}, {Hq}/{H} heads, head_dim {D}, INT{a.bits}",
@@ -124,7 +90,7 @@ def main():
                 sys.exit(f"paged_split_bench: error: split {sp}, batch {nb}: non-finite outputs")
             diff = None if ref is None else (o - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
             ref = o if ref is None else ref
-            pc, gr = timed(call)
+            pc, gr = timing.per_call_us(lambda i: call(), 3, 50), timing.graph_us(lambda i: call())
             nbytes = nb * H * (body * lay.token_bytes + (S + W) * D * 2 * 2)
             row = {"batch": nb, "split_tokens": sp, "per_call_us": pc, "graph_us": gr, "tb_s": nbytes / (gr * 1e-6) / 1e12,
                    "of_copy": nbytes / (gr * 1e-6) / 1e12 / copy_tbs, "rel_diff_vs_first": diff}
