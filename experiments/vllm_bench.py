@@ -245,13 +245,17 @@ def write_md(res, path):
         f.write("\n".join(lines) + "\n")
 
 
+KERNELS_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels", "python")  # oscar_kv, for the table
+
+
 def quantized(dtype, settings):
     """What of the cache a kv_cache_dtype stores in fewer bits than BF16 (the plugin keeps oscar_kv.paged's BF16 sink and
     recent windows)."""
     if dtype == "auto":
         return "none (BF16)"
     if dtype.startswith("oscar_cov_int"):
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "kernels", "python"))
+        if KERNELS_PY not in sys.path:
+            sys.path.insert(0, KERNELS_PY)
         from oscar_kv import paged
         ctx = settings["prompt"] + settings.get("measure_steps", 0)
         return f"{100 * (1 - min(ctx, paged.SINK + paged.RECENT) / ctx):.1f}% at {dtype[-1]} bits"

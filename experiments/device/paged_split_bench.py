@@ -73,6 +73,7 @@ def main():
     for nb in batches:
         seq_lens = torch.full((nb,), a.ctx, dtype=torch.int32, device=dev)
         qsl = torch.arange(nb + 1, dtype=torch.int32, device=dev)
+        nbytes = nb * H * (body * lay.token_bytes + (S + W) * D * 2 * 2)  # what one call reads: pages and windows
         ref = None
         for sp in splits:
             ws_bytes = lib.oscar_cov_paged_workspace_bytes(nb, Hq, H, D, a.ctx, sp)
@@ -91,7 +92,6 @@ def main():
             diff = None if ref is None else (o - ref).abs().max().item() / max(ref.abs().max().item(), 1e-30)
             ref = o if ref is None else ref
             pc, gr = timing.per_call_us(lambda i: call(), 3, 50), timing.graph_us(lambda i: call())
-            nbytes = nb * H * (body * lay.token_bytes + (S + W) * D * 2 * 2)
             row = {"batch": nb, "split_tokens": sp, "per_call_us": pc, "graph_us": gr, "tb_s": nbytes / (gr * 1e-6) / 1e12,
                    "of_copy": nbytes / (gr * 1e-6) / 1e12 / copy_tbs, "rel_diff_vs_first": diff}
             res["rows"].append(row)
