@@ -53,7 +53,7 @@ QUICK=$quick experiments/run_eval.sh "$build"
 tstart=$(date +%s)
 QUICK=$quick experiments/run_tasks.sh "$build"
 echo "tasks: $(( $(date +%s) - tstart )) s"
-# Ablation (issue 14): covariance rotations per layer (oscar-cov) against per KV head (oscar-cov-head), at 2 and 4 bits on
+# Ablation: covariance rotations per layer (oscar-cov) against per KV head (oscar-cov-head), at 2 and 4 bits on
 # SmolLM2 and kjv-llama-hd128: the sweep (experiments/ablations/covariance-scope.yaml) into $res/sweep/covariance-scope,
 # oscar-eval (CPU, held-out Revelation, rotations calibrated on Genesis) into $res/eval/{smollm2,kjv-hd128}-scope; README's
 # paragraph under the SmolLM2 findings quotes them by hand. Not in --quick mode (it needs the SmolLM2 dumps).
