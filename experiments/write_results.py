@@ -144,7 +144,10 @@ def main():
     makers = Blocks(sys.argv[3] if len(sys.argv) > 3 else "results", stamp, os.environ.get("OSCAR_GPU_STAMP", "")).makers()
     for name in os.environ.get("OSCAR_KEEP_SECTIONS", "").split():
         makers.pop(name, None)
-    text = read(doc)
+    try:
+        text = read(doc)
+    except OSError as e:
+        sys.exit(f"write_results: error: {doc}: cannot read it ({e.strerror}); give the RESULTS.md to write into")
     for name, make in makers.items():
         pat = re.compile(rf"(<!-- BEGIN {re.escape(name)} -->\n).*?(<!-- END {re.escape(name)} -->)", re.S)
         if not pat.search(text):

@@ -89,6 +89,9 @@ def check_failures(tmp, res, original):
     check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "eval-kjv-hd128" in r.stderr,
           f"a missing table is one error naming its section (got {r.returncode}: {r.stderr.strip()})")
     check(doc.read_text() == original and not (tmp / "RESULTS.md.tmp").exists(), "RESULTS.md is untouched on failure")
+    r = run(tmp / "absent.md", res)
+    check(r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "absent.md" in r.stderr,
+          "a missing RESULTS.md is one error line naming it")
     doc.write_text(original.replace("<!-- END tni -->", ""))
     r = run(doc, res)
     check(r.returncode == 1 and "<!-- BEGIN tni -->" in r.stderr, "a missing marker is refused, naming it")
