@@ -1,6 +1,6 @@
 // oscar-analyze: Token Norm Imbalance statistics of a KV dump (table, CSV, JSON, plots).
 #include "app_main.h"
-#include "oscar/04_stats/analyze.h"
+#include "oscar/13_report/tni_report.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-analyze: per-layer, per-KV-head token-norm (TNI) and channel statistics of a KV dump"};

@@ -2,7 +2,7 @@
 // caches and of our BF16 baseline, on Llama-3-8B attention shapes by default (32 query / 8 KV heads,
 // head_dim 128; --head-dim 64 or 256). Prints Markdown tables; --json FILE writes every number. The work: lib 12_bench.
 #include "app_main.h"
-#include "oscar/12_bench/kernel_bench.h"
+#include "oscar/14_bench/kernel_bench.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-bench: decode attention (INT2/INT4 oscar-cov and oscar-omni vs BF16) and prefill-quantize throughput"};

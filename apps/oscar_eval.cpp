@@ -5,7 +5,8 @@
 #include <optional>
 
 #include "app_main.h"
-#include "oscar/09_eval/eval.h"
+#include "oscar/11_eval/eval.h"
+#include "oscar/13_report/eval_tables.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-eval: end-to-end fidelity of quantized-cache recipes on held-out text"};
@@ -62,7 +63,6 @@ int main(int argc, char** argv) {
     if (span->count() > 0 && recall->count() == 0)
       oscar::fail("--recall-span is given without --recall; add --recall D1,D2,... (distances in tokens) or drop --recall-span");
     if (app.count("--out") > 0 && r.out.empty()) oscar::fail("--out is empty; name the output folder");
-    oscar::validate_eval_options(r);  // before loading recipe files or the model
     for (const auto& name : recipes)
       r.recipes.push_back(name.ends_with(".yaml") ? oscar::load_recipe_file(name) : oscar::load_preset(name));
     std::optional<oscar::OutputLock> lock;  // a second oscar-eval into this folder fails at once

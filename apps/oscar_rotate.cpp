@@ -2,7 +2,7 @@
 // file, for decoding through the kernels from Python: covariance rotations fitted on a calibration dump by lib's
 // one fit (what oscar-eval and oscar-sweep use), or the calibration-free ones (Hadamard, seeded random).
 #include "app_main.h"
-#include "oscar/05_rotate/kernel_rotations.h"
+#include "oscar/09_cache/kernel_rotations.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-rotate: the rotations a recipe's CUDA kernels need (R_K, R_V per layer), as an HDF5 file"};

@@ -1,7 +1,8 @@
 // oscar-sweep: dumps x recipes x bit widths -> attention-fidelity tables and a Pareto plot.
 #include "app_main.h"
 #include "oscar/01_core/output_files.h"
-#include "oscar/10_sweep/sweep.h"
+#include "oscar/12_sweep/sweep.h"
+#include "oscar/13_report/sweep_tables.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-sweep: run quantization recipes over KV dumps and tabulate attention fidelity vs effective bits"};

@@ -2,7 +2,7 @@
 // variable tracking) fitted to token lengths of a model's tokenizer, as JSONL any tool can run.
 
 #include "app_main.h"
-#include "oscar/09_eval/long_tasks.h"
+#include "oscar/11_eval/long_tasks.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"oscar-tasks: long-context retrieval tasks for a model's tokenizer, as JSONL"};

@@ -21,7 +21,7 @@ copied here):
                     values: all but the last 128).
 Each takes the dump's keys and values (float16 values, computed in float32; --dtype float16 computes as a float16 model would).
 
-The metrics are oscar-sweep's (lib/src/07_metrics/fidelity.cpp), re-implemented in float64: the dump's last
+The metrics are oscar-sweep's (lib/src/08_metrics/fidelity.cpp), re-implemented in float64: the dump's last
 --queries positions attend causally (the layer's scaling and sliding window) to the full-precision and to the
 quantized cache; the mean over layers, KV heads, query heads and queries of ||o - o^|| / ||o|| and of
 KL(p || p^). With --sweep DIR (an oscar-sweep output folder over the same dump) the table puts oscar-sweep's

@@ -1,5 +1,5 @@
 """plot_common.py: how every script of plots/ ends when it cannot finish. The tools run these scripts and report
-one error line themselves (lib/src/11_report/plotting.cpp), so a script prints no traceback: a failed write is
+one error line themselves (lib/src/13_report/plotting.cpp), so a script prints no traceback: a failed write is
 one line "oscar-plot-errno: N" (the tool turns it into its usual write error), any other failure one line
 "SCRIPT: Type: message"; SIGINT/SIGTERM end it quietly with status 128+signal (the scripts set that up before
 importing anything slow)."""

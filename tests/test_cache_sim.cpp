@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "oscar/06_quantize/cache_policy.h"
-#include "oscar/06_quantize/cache_sim.h"
+#include "oscar/07_quantize/cache_policy.h"
+#include "oscar/07_quantize/cache_sim.h"
 #include "oscar/01_core/error.h"
 #include "oscar/float_formats.h"
-#include "oscar/06_quantize/quantizer.h"
-#include "oscar/06_quantize/recipe_yaml.h"
-#include "oscar/05_rotate/rotation.h"
+#include "oscar/07_quantize/quantizer.h"
+#include "oscar/05_recipe/recipe_yaml.h"
+#include "oscar/06_rotate/rotation.h"
 
 using namespace oscar;
 

@@ -22,7 +22,7 @@
 #include "oscar/03_dump/dump.h"
 #include "oscar/03_dump/layer_source.h"
 #include "oscar/04_stats/analyze.h"
-#include "oscar/10_sweep/sweep.h"
+#include "oscar/12_sweep/sweep.h"
 #include "test_data.h"
 
 using namespace oscar;

@@ -12,9 +12,10 @@
 #include <random>
 
 #include "oscar/01_core/stats.h"
-#include "oscar/06_quantize/cache_policy.h"
-#include "oscar/09_eval/eval.h"
-#include "oscar/11_report/verdict.h"
+#include "oscar/07_quantize/cache_policy.h"
+#include "oscar/11_eval/eval.h"
+#include "oscar/08_metrics/verdict.h"
+#include "oscar/13_report/verdict_text.h"
 #include "skip.h"
 #include "test_data.h"
 

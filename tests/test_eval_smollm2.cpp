@@ -11,8 +11,8 @@
 
 #include "oscar/01_core/error.h"
 #include "oscar/02_model/loaded_model.h"
-#include "oscar/09_eval/eval.h"
-#include "oscar/09_eval/long_tasks.h"
+#include "oscar/11_eval/eval.h"
+#include "oscar/11_eval/long_tasks.h"
 #include "skip.h"
 #include "test_data.h"
 

@@ -8,12 +8,14 @@
 #include <fstream>
 
 #include "oscar/01_core/error.h"
+#include "oscar/01_core/output_files.h"
 #include "oscar/02_model/formats/checkpoint.h"
 #include "oscar/02_model/forward/model.h"
-#include "oscar/09_eval/decoding.h"
-#include "oscar/09_eval/eval.h"
-#include "oscar/09_eval/metrics.h"
-#include "oscar/09_eval/tables.h"
+#include "oscar/11_eval/decoding.h"
+#include "oscar/11_eval/eval.h"
+#include "oscar/11_eval/eval_plan.h"
+#include "oscar/08_metrics/next_token.h"
+#include "oscar/13_report/eval_tables.h"
 #include "test_data.h"
 
 using namespace oscar;
@@ -107,8 +109,7 @@ TEST_CASE("the output folder is checked without creating anything", "[eval][bad-
   CHECK_NOTHROW(check_output_folder((dir / "new" / "deeper").string()));  // can be created
   CHECK_FALSE(fs::exists(dir / "new"));
   std::ofstream(dir / "file") << "x";
-  CHECK_THROWS_WITH(check_output_folder((dir / "file").string()), Contains("names an existing file"));
-  CHECK_THROWS_WITH(check_output_folder((dir / "file" / "sub").string()), Contains("is not a folder"));
-  CHECK_THROWS_WITH(check_output_folder(""), Contains("--out is empty"));
+  CHECK_THROWS_WITH(check_output_folder((dir / "file").string()), Contains("is a file, expected an output folder"));
+  CHECK_THROWS_WITH(check_output_folder((dir / "file" / "sub").string()), Contains("cannot be created"));
   for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename().string().rfind(".oscar-", 0) != 0);
 }

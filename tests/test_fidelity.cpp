@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "oscar/01_core/error.h"
-#include "oscar/07_metrics/fidelity.h"
+#include "oscar/08_metrics/fidelity.h"
 
 using namespace oscar;
 

@@ -17,8 +17,8 @@
 #include "oscar/02_model/loaded_model.h"
 #include "oscar/03_dump/layer_source.h"
 #include "oscar/04_stats/sinks.h"
-#include "oscar/09_eval/long_tasks.h"
-#include "oscar/09_eval/task_eval.h"
+#include "oscar/11_eval/long_tasks.h"
+#include "oscar/11_eval/task_eval.h"
 #include "kjv_passage.h"
 #include "test_data.h"
 

@@ -10,11 +10,12 @@
 #include <cmath>
 
 #include "oscar/02_model/formats/checkpoint.h"
-#include "oscar/09_eval/eval.h"
-#include "oscar/08_cache/gpu_kv_cache.h"
+#include "oscar/11_eval/eval.h"
+#include "oscar/13_report/eval_tables.h"
+#include "oscar/09_cache/gpu_kv_cache.h"
 #include "oscar/02_model/forward/model.h"
 #include "oscar/02_model/tokenizers/passage.h"
-#include "oscar/06_quantize/recipe_yaml.h"
+#include "oscar/05_recipe/recipe_yaml.h"
 #include "oscar/02_model/tokenizers/tokenizer.h"
 #include "oscar_kernels.h"
 #include "test_data.h"

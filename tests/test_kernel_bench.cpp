@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "oscar/12_bench/kernel_bench.h"
+#include "oscar/14_bench/kernel_bench.h"
 #include "oscar_kernels.h"
 
 using namespace oscar;

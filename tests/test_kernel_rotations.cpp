@@ -15,9 +15,9 @@
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/h5_attrs.h"
 #include "oscar/03_dump/layer_source.h"
-#include "oscar/05_rotate/kernel_rotations.h"
-#include "oscar/06_quantize/cache_sim.h"
-#include "oscar/06_quantize/recipe_yaml.h"
+#include "oscar/09_cache/kernel_rotations.h"
+#include "oscar/07_quantize/cache_sim.h"
+#include "oscar/05_recipe/recipe_yaml.h"
 #include "test_data.h"
 
 using namespace oscar;

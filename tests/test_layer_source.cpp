@@ -15,7 +15,7 @@
 #include "oscar/02_model/tokenizers/tokenizer.h"
 #include "oscar/03_dump/dump.h"
 #include "oscar/03_dump/layer_source.h"
-#include "oscar/05_rotate/rotation.h"
+#include "oscar/06_rotate/rotation.h"
 
 using namespace oscar;
 using Catch::Matchers::Contains;

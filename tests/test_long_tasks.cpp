@@ -11,7 +11,7 @@
 
 #include "oscar/01_core/error.h"
 #include "oscar/02_model/tokenizers/tokenizer.h"
-#include "oscar/09_eval/long_tasks.h"
+#include "oscar/11_eval/long_tasks.h"
 #include "test_data.h"
 
 using namespace oscar;

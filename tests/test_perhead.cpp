@@ -12,10 +12,10 @@
 #include "oscar/01_core/error.h"
 #include "oscar/03_dump/dump.h"
 #include "oscar/03_dump/layer_source.h"
-#include "oscar/05_rotate/rotation.h"
-#include "oscar/06_quantize/cache_sim.h"
-#include "oscar/06_quantize/recipe_yaml.h"
-#include "oscar/08_cache/quantized_cache.h"
+#include "oscar/06_rotate/rotation.h"
+#include "oscar/07_quantize/cache_sim.h"
+#include "oscar/05_recipe/recipe_yaml.h"
+#include "oscar/09_cache/quantized_cache.h"
 #include "test_data.h"
 
 using namespace oscar;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "oscar/06_quantize/embedded_presets.h"
-#include "oscar/06_quantize/recipe_yaml.h"
+#include "oscar/05_recipe/embedded_presets.h"
+#include "oscar/05_recipe/recipe_yaml.h"
 
 namespace fs = std::filesystem;
 using namespace oscar;

@@ -6,15 +6,15 @@
 #include <filesystem>
 #include <random>
 
-#include "oscar/06_quantize/cache_sim.h"
+#include "oscar/07_quantize/cache_sim.h"
 #include "oscar/02_model/formats/checkpoint.h"
 #include "oscar/01_core/error.h"
-#include "oscar/09_eval/eval.h"
-#include "oscar/09_eval/metrics.h"
-#include "oscar/09_eval/tables.h"
+#include "oscar/11_eval/eval.h"
+#include "oscar/08_metrics/next_token.h"
+#include "oscar/13_report/eval_tables.h"
 #include <nlohmann/json.hpp>
 #include "oscar/02_model/tokenizers/passage.h"
-#include "oscar/08_cache/quantized_cache.h"
+#include "oscar/09_cache/quantized_cache.h"
 #include "oscar/02_model/tokenizers/tokenizer.h"
 #include "oscar/float_formats.h"
 #include "test_data.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "oscar/01_core/error.h"
-#include "oscar/06_quantize/quantizer.h"
+#include "oscar/07_quantize/quantizer.h"
 
 using namespace oscar;
 

@@ -10,10 +10,10 @@
 #include <random>
 
 #include "oscar/01_core/error.h"
-#include "oscar/06_quantize/cache_policy.h"
-#include "oscar/06_quantize/cache_sim.h"
-#include "oscar/06_quantize/recipe_yaml.h"
-#include "oscar/08_cache/gpu_kv_cache.h"
+#include "oscar/07_quantize/cache_policy.h"
+#include "oscar/07_quantize/cache_sim.h"
+#include "oscar/05_recipe/recipe_yaml.h"
+#include "oscar/09_cache/gpu_kv_cache.h"
 
 using namespace oscar;
 using Catch::Contains;

@@ -19,6 +19,7 @@
 #include "oscar/03_dump/dump_passage.h"
 #include "oscar/04_stats/analyze.h"
 #include "oscar/04_stats/sinks.h"
+#include "oscar/13_report/tni_report.h"
 #include "skip.h"
 #include "test_data.h"
 

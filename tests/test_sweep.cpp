@@ -8,10 +8,12 @@
 
 #include "dump_fixture.h"
 #include "oscar/01_core/error.h"
-#include "oscar/06_quantize/cache_policy.h"
-#include "oscar/06_quantize/recipe_yaml.h"
+#include "oscar/07_quantize/cache_policy.h"
+#include "oscar/05_recipe/recipe_yaml.h"
 #include "oscar/cov_format.h"
-#include "oscar/10_sweep/sweep.h"
+#include "oscar/12_sweep/sweep.h"
+#include "oscar/13_report/sweep_tables.h"
+#include "oscar/13_report/table_text.h"
 
 using namespace oscar;
 namespace fs = std::filesystem;

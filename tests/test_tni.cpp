@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "dump_fixture.h"
-#include "oscar/04_stats/analyze.h"
+#include "oscar/13_report/tni_report.h"
 #include "oscar/01_core/stats.h"
 #include "oscar/04_stats/tni.h"
 

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "oscar/02_model/forward/model.h"
-#include "oscar/05_rotate/rotation.h"
-#include "oscar/06_quantize/cache_sim.h"
-#include "oscar/06_quantize/recipe_yaml.h"
-#include "oscar/08_cache/quantized_cache.h"
+#include "oscar/06_rotate/rotation.h"
+#include "oscar/07_quantize/cache_sim.h"
+#include "oscar/05_recipe/recipe_yaml.h"
+#include "oscar/09_cache/quantized_cache.h"
 #include "oscar/float_formats.h"
 #include "twins/attention_twin.h"
 #include "twins/cov_twin.h"

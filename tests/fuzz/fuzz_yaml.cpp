@@ -4,8 +4,8 @@
 
 #include "fuzz_input.h"
 #include "oscar/01_core/error.h"
-#include "oscar/06_quantize/recipe_yaml.h"
-#include "oscar/10_sweep/sweep.h"
+#include "oscar/05_recipe/recipe_yaml.h"
+#include "oscar/12_sweep/sweep.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -1,7 +1,5 @@
-// sinks.cpp: attention-sink statistics of one layer (position 0's norms and attention mass) and their renderings.
+// sinks.cpp: attention-sink statistics of one layer (position 0's norms and attention mass).
 #include "oscar/04_stats/sinks.h"
-
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -39,13 +37,6 @@ void mean_min(const std::vector<double>& v, double& mean, double& mn) {
   }
   mean = n ? s / n : std::numeric_limits<double>::quiet_NaN();
 }
-
-std::string num(double v, int width, int prec) {
-  if (std::isnan(v)) return fmt::format("{:>{}}", "undefined", width);
-  return fmt::format("{:>{}.{}f}", v, width, prec);
-}
-
-std::string csv(double v) { return std::isnan(v) ? std::string() : fmt::format("{:.6g}", v); }
 
 }  // namespace
 
@@ -125,51 +116,6 @@ LayerSinks layer_sinks(int layer, const HeadTensor& q, const HeadTensor& k, cons
   }
   s.attention_mean = total / nh;
   return s;
-}
-
-void print_sink_table(const std::vector<LayerSinks>& s, std::FILE* out) {
-  if (s.empty()) return;
-  fmt::print(out,
-             "\nAttention sink per layer (position 0, the first token): attn = mean softmax weight on position 0 over the "
-             "last {} queries and every query head (logit scale {:.6g}); max head = that mean for the most sink-bound "
-             "query head; K/V ratio = position 0's L2 norm / the median over positions, mean and min over KV heads:\n",
-             s.front().queries, s.front().scaling);
-  fmt::print(out, "{:>5} | {:>6} {:>8} | {:>7} {:>7} | {:>7} {:>7}\n", "layer", "attn", "max head", "K mean", "K min", "V mean",
-             "V min");
-  for (const LayerSinks& l : s)
-    fmt::print(out, "{:>5} | {} | {} {} | {} {}\n", l.layer, sink_cells(l, 6, 5, 1), num(l.key_ratio_mean, 7, 3),
-               num(l.key_ratio_min, 7, 3), num(l.value_ratio_mean, 7, 3), num(l.value_ratio_min, 7, 3));
-}
-
-std::string sink_cells(const LayerSinks& l, int width, int head_width, int index_width) {
-  const int cells = width + 1 + head_width + 2 + index_width;  // "attn max h<i>"
-  if (l.out_of_window()) return fmt::format("{:>{}}", "out of window", cells);
-  return num(l.attention_mean, width, 3) + " " + num(l.attention_max_head, head_width, 3) +
-         fmt::format(" h{:<{}}", l.attention_max_head_index, index_width);
-}
-
-std::string sinks_csv(const std::vector<LayerSinks>& s) {
-  std::string f =
-      "layer,queries,scaling,attention_mean,attention_max_head,attention_max_head_index,key_ratio_mean,key_ratio_min,"
-      "value_ratio_mean,value_ratio_min,window,queries_seeing_0\n";
-  for (const LayerSinks& l : s)
-    f += fmt::format("{},{},{:.9g},{},{},{},{},{},{},{},{},{}\n", l.layer, l.queries, l.scaling, csv(l.attention_mean),
-                     csv(l.attention_max_head), l.attention_max_head_index, csv(l.key_ratio_mean), csv(l.key_ratio_min),
-                     csv(l.value_ratio_mean), csv(l.value_ratio_min), l.window, l.queries_seeing_0);
-  return f;
-}
-
-nlohmann::json sinks_json(const std::vector<LayerSinks>& s) {
-  using nlohmann::json;
-  const auto val = [](double x) { return std::isnan(x) ? json(nullptr) : json(x); };
-  json a = json::array();
-  for (const LayerSinks& l : s)
-    a.push_back({{"layer", l.layer}, {"queries", l.queries}, {"scaling", l.scaling}, {"attention_mean", val(l.attention_mean)},
-                 {"attention_max_head", val(l.attention_max_head)}, {"attention_max_head_index", l.attention_max_head_index},
-                 {"key_ratio_mean", val(l.key_ratio_mean)}, {"key_ratio_min", val(l.key_ratio_min)},
-                 {"value_ratio_mean", val(l.value_ratio_mean)}, {"value_ratio_min", val(l.value_ratio_min)},
-                 {"window", l.window}, {"queries_seeing_0", l.queries_seeing_0}});
-  return a;
 }
 
 }  // namespace oscar

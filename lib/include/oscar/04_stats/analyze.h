@@ -1,9 +1,8 @@
 // analyze.h: oscar-analyze's work: TNI statistics of every layer and KV head of a dump, for K before
-// and after RoPE and for V, and the attention sink of every layer (sinks.h), streamed one layer at a time;
-// and the report's renderings (terminal table, CSV, JSON, plot data + PNGs through plots/tni_plots.py
-// and plots/sinks_plot.py).
+// and after RoPE and for V, and the attention sink of every layer (sinks.h), streamed one layer at a time, and what
+// they say (tni_reading). Their renderings (terminal table, CSV, JSON, plots): report/tni_report.h.
 #pragma once
-#include <cstdio>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -44,21 +43,10 @@ inline constexpr double kTniBalanced = 3.0, kTniSevere = 10.0, kSinkAttention = 
 // A few sentences computed from the report: how hard the keys and values are (TNI classes), channel outliers, which
 // layers are sink layers, and what each means for the recipes.
 std::vector<std::string> tni_reading(const TniReport& r);
-// The terminal report: the per-layer summary (TNI, channel spread and attention sink) and the reading; per_head adds the
-// table of every layer, KV head and tensor (270 rows for SmolLM2) before it.
-void print_tni_table(const TniReport& r, std::FILE* out, int max_outliers, bool per_head = false);
-// The files oscar-analyze writes; an empty name is not written.
-struct TniOutputs {
-  std::string csv, json;
-  std::string plots;  // folder: token_norms.csv, channel_absmax.csv and their PNGs (plots/tni_plots.py),
-                      // sinks.csv and sinks.png (plots/sinks_plot.py)
-  int max_outliers = 3;  // outlier tokens listed per row in the JSON
+// Worst (largest) defined value of each layer over its KV heads: TNI and channel spread of K (post-RoPE) and V.
+struct LayerWorst {
+  double k_tni = NAN, k_chan = NAN, v_tni = NAN, v_chan = NAN;
 };
-// Before the work: every output location can be written and none is the input `dump` (output_files.h); throws Error
-// naming the output.
-void check_tni_outputs(const TniOutputs& o, const std::string& dump);
-// Writes every requested output under a temporary name, then renames them all: they appear together or
-// not at all (an older file under the same name is kept on any failure).
-void write_tni_outputs(const TniReport& r, const TniOutputs& o);
+std::vector<LayerWorst> layer_worst(const TniReport& r);
 
 }  // namespace oscar

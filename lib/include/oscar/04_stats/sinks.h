@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
 
 #include "oscar/01_core/attention.h"
 #include "oscar/01_core/tensor.h"
@@ -40,14 +39,5 @@ LayerSinks layer_sinks(int layer, const HeadTensor& q, const HeadTensor& k, cons
                        int max_queries = 256);
 LayerSinks layer_sinks(int layer, const HeadTensor& q, const HeadTensor& k, const HeadTensor& v, double scaling,
                        int max_queries = 256);
-
-// Renderings for oscar-analyze: a terminal / Markdown-friendly table (a section under a heading), the
-// CSV (one row per layer) and a JSON array.
-void print_sink_table(const std::vector<LayerSinks>& s, std::FILE* out);
-// The "attn max-head h<i>" cells of a table row (attention widths `width` and `head_width`, the head index padded to
-// `index_width`), or "out of window" padded to the same width where no averaged query sees position 0.
-std::string sink_cells(const LayerSinks& l, int width, int head_width, int index_width);
-std::string sinks_csv(const std::vector<LayerSinks>& s);
-nlohmann::json sinks_json(const std::vector<LayerSinks>& s);
 
 }  // namespace oscar

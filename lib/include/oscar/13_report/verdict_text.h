@@ -1,0 +1,13 @@
+// verdict_text.h: the verdict (08_metrics/verdict.h) as the tables and the terminal say it.
+#pragma once
+#include <string>
+
+#include "oscar/08_metrics/verdict.h"
+
+namespace oscar {
+
+// A short paragraph for the terminal and the Markdown: the pick, the runner-up, the margin with its interval,
+// and what was left out and why.
+std::string verdict_text(const Verdict& v, const Budget& budget, const VerdictMetric& metric);
+
+}  // namespace oscar
