@@ -114,13 +114,13 @@ def main():
 
                     def pre(i):
                         r = i % nrot
-                        lib.call("oscar_cov_prefill", C.byref(caches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L,
-                                 None)
+                        lib.call("oscar_cov_prefill", C.byref(caches[r]), None, ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(),
+                                 L, None)
                     pre_us = median_us(pre, nrot, max(nrot, args.reps // 2))
                     pre_bytes = bf16_bytes + lib.cov_cache_bytes(B, hkv, D, bits, L, SINK, RECENT)
 
                     def dec(i):
-                        lib.call("oscar_cov_decode", C.byref(caches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale,
+                        lib.call("oscar_cov_decode", C.byref(caches[i % nrot]), None, q.data_ptr(), hq, lens.data_ptr(), L, scale,
                                  out.data_ptr(), ws.data_ptr(), ws_bytes, None)
                     us = median_us(dec, 5, args.reps)
                     dec(0)
@@ -139,10 +139,11 @@ def main():
                 for r in range(nrot):
                     ocaches.append(lib.omni_cache_create(B, hkv, D, 2, L))
                 for r in range(nrot):
-                    lib.call("oscar_omni_prefill", C.byref(ocaches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L, None)
+                    lib.call("oscar_omni_prefill", C.byref(ocaches[r]), None, ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L,
+                             None)
 
                 def odec(i):
-                    lib.call("oscar_omni_decode", C.byref(ocaches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale,
+                    lib.call("oscar_omni_decode", C.byref(ocaches[i % nrot]), None, q.data_ptr(), hq, lens.data_ptr(), L, scale,
                              out.data_ptr(), ws.data_ptr(), ws_bytes, None)
                 row["omni2_us"] = median_us(odec, 5, args.reps)
             finally:

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """test_vllm_plugin.py LIB: the vLLM plugin's parts that need neither vLLM nor a GPU.
 
-oscar_kv.paged's page and window-slot sizes against the C library's (oscar_cov_paged_page_bytes / _window_bytes, the
-formulas of cov_paged_format.h) for every compiled head_dim and bit width and several page sizes, and against the
-design's Llama-3-8B table (kernels/SERVING_ENGINES.md: 147,456 B pages, 7.11x BF16); slot and code-address arithmetic;
+oscar_kv.paged's layout, read from the C library (oscar_cov_paged_layout_of), against the layout of cov_paged_format.h
+written out here independently (sizes and region offsets) for every compiled head_dim and bit width and several page
+sizes, and against the design's Llama-3-8B table (kernels/SERVING_ENGINES.md: 147,456 B pages, 7.11x BF16); the shapes
+the library refuses (a message naming the field); slot and code-address arithmetic;
 the version check (0.26.x only) and the refusals (MLA, sliding windows, head_dim, fp16, ALiBi, prefix caching,
 speculative decoding, page sizes), each one line naming the fix; `import oscar_kv.vllm` without vLLM raises one
 ImportError line; pip install's build carries oscar_kv/vllm and registers the `vllm.general_plugins` entry point;
@@ -11,6 +12,7 @@ experiments/device/vllm_loss_check.py reads oscar-eval's eval.json (and refuses 
 experiments/vllm_bench.py's table (ratios, targets, the share in low bits, kernel kinds) from a made-up run;
 vllm_plugin_check.py refuses an unknown OSCAR_CHECK_RUNS name. Exit 0 passed, 1 failed, 77 library not built.
 """
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,21 +44,36 @@ def main():
     if lib_path is None or not lib_path.is_file():
         print(f"SKIPPED: the kernel library {lib_path} is not built")
         return 77
+    os.environ["OSCAR_KERNELS_LIB"] = str(lib_path)  # the library oscar_kv.paged reads its layout from
     from oscar_kv import _capi, paged
     lib = _capi.load(lib_path)
 
-    # Sizes: the Python layout against the C formulas.
+    # Sizes and offsets: the layout the library gives (through oscar_kv.paged) against cov_paged_format.h's words.
     n = 0
     for hd in paged.HEAD_DIMS:
         for bits in (2, 4):
             for P in (64, 256, 512):
                 for h in (1, 3, 8):
                     lay = paged.PagedLayout(h, hd, bits, P)
-                    c = lib.oscar_cov_paged_page_bytes(P, h, hd, bits)
-                    check(c == lay.page_bytes, f"page bytes P={P} Hkv={h} D={hd} bits={bits}: C {c}, Python {lay.page_bytes}")
-                    w = lib.oscar_cov_paged_window_bytes(h, hd, paged.SINK, paged.RECENT)
-                    check(w == lay.window_slot_bytes, f"window bytes Hkv={h} D={hd}: C {w}, Python {lay.window_slot_bytes}")
+                    cb = hd * bits // 8
+                    want = dict(code_bytes=cb, param_bytes=4, token_bytes=2 * (cb + 4), region_bytes=P * 2 * (cb + 4),
+                                page_bytes=h * P * 2 * (cb + 4), window_slot_bytes=h * (paged.SINK + paged.RECENT) * 4 * hd)
+                    got = {k: getattr(lay, k) for k in want}
+                    check(got == want, f"layout P={P} Hkv={h} D={hd} bits={bits}: library {got}, cov_paged_format.h {want}")
+                    check(lay.offsets() == (0, P * cb, 2 * P * cb, 2 * P * cb + 4 * P), f"region offsets P={P} D={hd} bits={bits}")
                     n += 1
+    for bad, needle in (((100, 8, 128, 2), "page_tokens=100"), ((256, 8, 96, 2), "head_dim=96 bits=2"), ((256, 0, 128, 2), "num_kv_heads=0"),
+                        ((256, 8, 128, 3), "head_dim=128 bits=3")):
+        try:
+            lib.cov_paged_layout(*bad)
+            check(False, f"oscar_cov_paged_layout_of{bad} must be refused")
+        except _capi.OscarError as e:
+            check("oscar_cov_paged_layout_of: " + needle in e.message, f"oscar_cov_paged_layout_of{bad}: {e.message!r} lacks {needle!r}")
+    try:
+        lib.cov_paged_layout(256, 8, 128, 2, sink=32)
+        check(False, "a sink of 32 tokens must be refused")
+    except _capi.OscarError as e:
+        check("sink=32" in e.message, f"sink=32: {e.message!r}")
     ws0 = lib.oscar_decode_workspace_bytes(16, 32, 8, 128, 32768, 1)
     ws = lib.oscar_cov_paged_workspace_bytes(16, 32, 8, 128, 32768, paged.DECODE_SPLIT_TOKENS)
     need = 16 * 8 * (-(-32768 // paged.DECODE_SPLIT_TOKENS) + 1) * 8 * (128 + 2) * 4  # partials of the fixed plan
@@ -72,8 +89,6 @@ def main():
     for bad in ("100", "0", "-256", "4k", "4096.0"):
         refuses(lambda: paged.decode_split_tokens(101024, {paged.SPLIT_ENV: bad}), f"{paged.SPLIT_ENV}={bad}: the decode split must be",
                 f"{paged.SPLIT_ENV}={bad}")
-    check(lib.oscar_cov_paged_page_bytes(100, 8, 128, 2) == 0, "a page of 100 tokens must be refused by the C sizes (0)")
-    check(lib.oscar_cov_paged_page_bytes(256, 8, 96, 2) == 0, "head_dim 96 must be refused by the C sizes (0)")
     # The design's Llama-3-8B numbers (8 KV heads, head_dim 128, P = 256).
     l8 = paged.PagedLayout(8, 128, 2, 256)
     check(l8.page_bytes == 147456 and paged.PagedLayout(8, 128, 4, 256).page_bytes == 278528,
@@ -124,7 +139,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as src:
         shutil.copytree(ROOT / "kernels" / "python", src, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-        env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OSCAR_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OSCAR_")}
         env["OSCAR_BUILD"] = str(lib_path.resolve().parent.parent)
         r = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", tmp, "egg_info", "--egg-base", tmp],
                            capture_output=True, text=True, cwd=src, env=env)
@@ -214,7 +229,7 @@ def main():
         check(rc == 1 and not res["broken_caught"], f"loss check verdict (broken cache not caught): rc {rc}")
     check_bench_table()
     check_plugin_check_runs()
-    print(f"{n} layouts against the C sizes; refusals, arithmetic, packaging, the loss check's reader and the serving "
+    print(f"{n} library layouts against cov_paged_format.h; refusals, arithmetic, packaging, the loss check's reader and the serving "
           f"table checked")
     if failures:
         print(f"FAILED: {len(failures)} check(s)")

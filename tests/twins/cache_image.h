@@ -10,7 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "oscar/float_formats.h"
+#include "oscar/quant_rules.h"
+
 namespace twins {
+
+// A group's (scale, zero) as the kernels store it: two fp16 in one 32-bit word, scale in the low half.
+inline uint32_t pack_params(oscar::GroupParams p) {
+  return uint32_t(oscar::float_to_half_bits(p.scale)) | (uint32_t(oscar::float_to_half_bits(p.zero)) << 16);
+}
 
 // One device array: elements of `elem_bytes` bytes, row-major over `dims` (dim_names label them in messages).
 struct Array {
@@ -51,6 +59,19 @@ struct Array {
 
 struct Image {
   std::vector<Array> arrays;
+  // Appends an array of `elem_bytes`-byte elements over dims; aborts (naming the twin) unless it holds exactly the
+  // layout's `layout_bytes`.
+  Array& add(const char* twin, const char* n, int elem_bytes, std::vector<int64_t> dims, std::vector<std::string> names,
+             int64_t layout_bytes) {
+    arrays.emplace_back();
+    Array& a = arrays.back();
+    a.init(n, elem_bytes, std::move(dims), std::move(names));
+    if (a.bytes() != layout_bytes) {
+      std::fprintf(stderr, "%s: %s holds %lld bytes, the layout says %lld\n", twin, n, (long long)a.bytes(), (long long)layout_bytes);
+      std::abort();
+    }
+    return a;
+  }
   Array& get(const std::string& n) {
     for (Array& a : arrays) if (a.name == n) return a;
     std::fprintf(stderr, "cache_image: no array %s\n", n.c_str());

@@ -27,6 +27,7 @@
 #include "api_util.h"
 #include "cov/cov_kernels.h"
 #include "decode/bf16_tile.cuh"
+#include "decode/decode_grid.cuh"
 #include "decode/partials.cuh"
 #include "decode/shapes.h"
 #include "decode/split_plan.h"
@@ -481,21 +482,14 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_k
 }  // namespace
 
 template <int HD, int BITS>
-oscar_status cov_decode(const CovView& c, const DecodeArgs& a, cudaStream_t s, oscar_error* err) {
-  const char* fn = "oscar_cov_decode";
-  constexpr size_t smem = decode_smem_bytes<HD, BITS>();
+oscar_status cov_decode(const CovView& c, const DecodeArgs& a, const Launch& l) {
   const bool dense = OSCAR_LEVER_DENSE && a.G <= 4;  // query groups of at most 4 heads: dense query packing
   auto* kern = c.pages ? (dense ? decode_kernel<HD, BITS, true, true> : decode_kernel<HD, BITS, false, true>)
                        : (dense ? decode_kernel<HD, BITS, true, false> : decode_kernel<HD, BITS, false, false>);
-  // set on every call (no global state; a cheap host-side attribute write)
-  OSCAR_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), err, fn);
-  const dim3 grid(a.np, static_cast<unsigned>(static_cast<int64_t>(c.B) * c.Hkv), a.QS / kQSlots);
-  kern<<<grid, kWarps * 32, smem, s>>>(c, a);
-  return api::check_launch(err, fn);
+  return launch_decode_grid(kern, decode_smem_bytes<HD, BITS>(), c, a, l);
 }
 
-#define OSCAR_COV_DECODE_INSTANCE(HD, BITS) \
-  template oscar_status cov_decode<HD, BITS>(const CovView&, const DecodeArgs&, cudaStream_t, oscar_error*);
+#define OSCAR_COV_DECODE_INSTANCE(HD, BITS) template oscar_status cov_decode<HD, BITS>(const CovView&, const DecodeArgs&, const Launch&);
 OSCAR_KV_SHAPES(OSCAR_COV_DECODE_INSTANCE)
 
 }  // namespace oscar::kernels

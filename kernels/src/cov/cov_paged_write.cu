@@ -136,11 +136,12 @@ struct WindowRows {
 }  // namespace
 
 template <int HD, int BITS>
-oscar_status cov_paged_write(const CovView& c, const RotArgs& rot, const PagedWriteArgs& w, cudaStream_t s, oscar_error* err) {
+oscar_status cov_paged_write(const CovView& c, const RotArgs& rot, const PagedWriteArgs& w, const Launch& l) {
   const int64_t rows = static_cast<int64_t>(w.num_tokens) * c.Hkv;
   const int64_t per_block = 256 / (HD / 8);
   const int64_t want = (rows + per_block - 1) / per_block, cap = 16LL * plan::sm_count();
   const unsigned blocks = static_cast<unsigned>(want < cap ? want : cap);
+  const cudaStream_t s = l.stream;
   if (blocks == 0) return OSCAR_OK;
   if (rot.kind == 2 && w.num_tokens <= c.W) {  // every token has its own window row (the last W of its sequence)
     const WindowRows rows{c, rot, w, HD};
@@ -151,11 +152,11 @@ oscar_status cov_paged_write(const CovView& c, const RotArgs& rot, const PagedWr
   } else {
     paged_write_kernel<HD, BITS, false, false><<<blocks, 256, 0, s>>>(c, rot, w);
   }
-  return api::check_launch(err, "oscar_cov_paged_write");
+  return api::check_launch(l.err, l.fn);
 }
 
 #define OSCAR_COV_PAGED_WRITE_INSTANCE(HD, BITS) \
-  template oscar_status cov_paged_write<HD, BITS>(const CovView&, const RotArgs&, const PagedWriteArgs&, cudaStream_t, oscar_error*);
+  template oscar_status cov_paged_write<HD, BITS>(const CovView&, const RotArgs&, const PagedWriteArgs&, const Launch&);
 OSCAR_KV_SHAPES(OSCAR_COV_PAGED_WRITE_INSTANCE)
 
 }  // namespace oscar::kernels

@@ -140,41 +140,36 @@ struct NewTokenRows {
 }  // namespace
 
 template <int HD, int BITS>
-oscar_status cov_prefill(const CovView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len,
-                         cudaStream_t s, oscar_error* err) {
-  const int64_t rows = static_cast<int64_t>(c.B) * c.Hkv * max_len;
+oscar_status cov_prefill(const CovView& c, const WriteArgs& w, const Launch& l) {
+  const int64_t rows = static_cast<int64_t>(c.B) * c.Hkv * w.max_len;
   const int64_t per_block = 256 / (HD / 8);
   const int64_t want = (rows + per_block - 1) / per_block, cap = 16LL * plan::sm_count();
   const unsigned blocks = static_cast<unsigned>(want < cap ? want : cap);
-  if (rot.kind) prefill_kernel<HD, BITS, true><<<blocks, 256, 0, s>>>(c, rot, k, v, lens, max_len);
-  else prefill_kernel<HD, BITS, false><<<blocks, 256, 0, s>>>(c, rot, k, v, lens, max_len);
-  return api::check_launch(err, "oscar_cov_prefill");
+  if (w.rot.kind) prefill_kernel<HD, BITS, true><<<blocks, 256, 0, l.stream>>>(c, w.rot, w.k, w.v, w.lens, w.max_len);
+  else prefill_kernel<HD, BITS, false><<<blocks, 256, 0, l.stream>>>(c, w.rot, w.k, w.v, w.lens, w.max_len);
+  return api::check_launch(l.err, l.fn);
 }
 
 template <int HD, int BITS>
-oscar_status cov_append(const CovView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s,
-                        oscar_error* err) {
+oscar_status cov_append(const CovView& c, const WriteArgs& w, const Launch& l) {
   const int64_t threads = static_cast<int64_t>(c.B) * c.Hkv * 2 * (HD / 8);
-  if (rot.kind == 2) {  // dense matrices: the demotion, then the new rows rotated a 32-column slice per warp
+  const cudaStream_t s = l.stream;
+  if (w.rot.kind == 2) {  // dense matrices: the demotion, then the new rows rotated a 32-column slice per warp
     const unsigned blocks = static_cast<unsigned>((threads + 255) / 256);
-    append_kernel<HD, BITS, false, false><<<blocks, 256, 0, s>>>(c, rot, k, v, lens);
-    const NewTokenRows rows{c, rot, k, v, lens, HD};
+    append_kernel<HD, BITS, false, false><<<blocks, 256, 0, s>>>(c, w.rot, w.k, w.v, w.lens);
+    const NewTokenRows rows{c, w.rot, w.k, w.v, w.lens, HD};
     launch_rotate_rows<HD, false, false, false>(rows, 2LL * c.B * c.Hkv, s);
-  } else if (rot.kind) {  // Hadamard: butterflies in registers, one warp per block (the rows spread over the SMs)
+  } else if (w.rot.kind) {  // Hadamard: butterflies in registers, one warp per block (the rows spread over the SMs)
     const unsigned blocks = static_cast<unsigned>((threads + 31) / 32);
-    append_kernel<HD, BITS, true><<<blocks, 32, 0, s>>>(c, rot, k, v, lens);
+    append_kernel<HD, BITS, true><<<blocks, 32, 0, s>>>(c, w.rot, w.k, w.v, w.lens);
   } else {
     const unsigned blocks = static_cast<unsigned>((threads + 255) / 256);
-    append_kernel<HD, BITS, false><<<blocks, 256, 0, s>>>(c, rot, k, v, lens);
+    append_kernel<HD, BITS, false><<<blocks, 256, 0, s>>>(c, w.rot, w.k, w.v, w.lens);
   }
-  return api::check_launch(err, "oscar_cov_append");
+  return api::check_launch(l.err, l.fn);
 }
 
-#define OSCAR_COV_QUANTIZE_INSTANCE(HD, BITS)                                                                                  \
-  template oscar_status cov_prefill<HD, BITS>(const CovView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, \
-                                              cudaStream_t, oscar_error*);                                                     \
-  template oscar_status cov_append<HD, BITS>(const CovView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*,       \
-                                             cudaStream_t, oscar_error*);
+#define OSCAR_COV_QUANTIZE_INSTANCE(HD, BITS) OSCAR_WRITE_ENTRIES_AT(cov, CovView, HD, BITS)
 OSCAR_KV_SHAPES(OSCAR_COV_QUANTIZE_INSTANCE)
 
 }  // namespace oscar::kernels

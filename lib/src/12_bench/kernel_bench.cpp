@@ -253,14 +253,14 @@ KernelBenchResult run_kernel_bench(const KernelBenchConfig& cfg, std::FILE* log)
         const double uspre = time_median_us(
             [&](int i) {
               const int r = i % nrot;
-              OSCAR_BENCH_API(oscar_cov_prefill(&caches[r], k16 + size_t(r) * per, v16 + size_t(r) * per, lens, ctx, nullptr, &err_));
+              OSCAR_BENCH_API(oscar_cov_prefill_plain(&caches[r], k16 + size_t(r) * per, v16 + size_t(r) * per, lens, ctx, nullptr, &err_));
             },
             nrot, std::max(reps / 2, nrot));
         const std::string name = "int" + std::to_string(bits) + " oscar-cov";
         res.prefill.push_back({B, ctx, name, uspre, pre_read, pre_write});
         const double read = double(bh) * double(covfmt::decode_read_bytes(ctx, D, bits, S, W));
         const auto dec = [&](int i) {
-          OSCAR_BENCH_API(oscar_cov_decode(&caches[i % nrot], q, hq, lens, ctx, scale, out, ws, wsq, nullptr, &err_));
+          OSCAR_BENCH_API(oscar_cov_decode_plain(&caches[i % nrot], q, hq, lens, ctx, scale, out, ws, wsq, nullptr, &err_));
         };
         const double us = time_median_us(dec, warmup, reps);
         res.decode.push_back({B, ctx, name, us, read, read / (us * 1e-6) / 1e12, 0, us16 / us, host_median_us(dec, reps)});
@@ -277,14 +277,15 @@ KernelBenchResult run_kernel_bench(const KernelBenchConfig& cfg, std::FILE* log)
         const double uspre = time_median_us(
             [&](int i) {
               const int r = i % nrot;
-              OSCAR_BENCH_API(oscar_omni_prefill(&caches[r], k16 + size_t(r) * per, v16 + size_t(r) * per, lens, ctx, nullptr, &err_));
+              OSCAR_BENCH_API(
+                  oscar_omni_prefill_plain(&caches[r], k16 + size_t(r) * per, v16 + size_t(r) * per, lens, ctx, nullptr, &err_));
             },
             nrot, std::max(reps / 2, nrot));
         const std::string name = "int" + std::to_string(bits) + " oscar-omni";
         res.prefill.push_back({B, ctx, name, uspre, pre_read, pre_write});
         const double read = double(bh) * omnifmt::decode_read_bytes(ctx, D, bits, hkv);
         const auto dec = [&](int i) {
-          OSCAR_BENCH_API(oscar_omni_decode(&caches[i % nrot], q, hq, lens, ctx, scale, out, ws, wsq, nullptr, &err_));
+          OSCAR_BENCH_API(oscar_omni_decode_plain(&caches[i % nrot], q, hq, lens, ctx, scale, out, ws, wsq, nullptr, &err_));
         };
         const double us = time_median_us(dec, warmup, reps);
         res.decode.push_back({B, ctx, name, us, read, read / (us * 1e-6) / 1e12, 0, us16 / us, host_median_us(dec, reps)});
