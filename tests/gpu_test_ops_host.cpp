@@ -1397,12 +1397,14 @@ void usage(const char* argv0) {
       argv0);
 }
 
-}  // namespace
-
-// The driver (called by gpu_test_ops.cu's main).
-int gpu_test_ops_main(int argc, char** argv) {
+// The command line's selection.
+struct Selection {
   std::vector<std::string> ops, fmts, bits, shapes;
   bool slow = false, list = false;
+};
+
+// Reads the arguments into `sel` (and the long-split and real-dump settings); -1 to go on, else the exit status.
+int parse_args(int argc, char** argv, Selection& sel) {
   if (const char* e = std::getenv("OSCAR_REAL_DUMP")) g_real_dump = e;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -1413,12 +1415,12 @@ int gpu_test_ops_main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "-o") ops = split(value());
-    else if (a == "-f") fmts = split(value());
-    else if (a == "-b") bits = split(value());
-    else if (a == "-s") shapes = split(value());
-    else if (a == "--slow") slow = true;
-    else if (a == "--list") list = true;
+    if (a == "-o") sel.ops = split(value());
+    else if (a == "-f") sel.fmts = split(value());
+    else if (a == "-b") sel.bits = split(value());
+    else if (a == "-s") sel.shapes = split(value());
+    else if (a == "--slow") sel.slow = true;
+    else if (a == "--list") sel.list = true;
     else if (a == "--long-batch") g_long_batch = std::atoi(value().c_str());
     else if (a == "--long-len") g_long_len = std::atoi(value().c_str());
     else if (a == "--real-dump") g_real_dump = value();
@@ -1431,45 +1433,46 @@ int gpu_test_ops_main(int argc, char** argv) {
       return 2;
     }
   }
+  return -1;
+}
+
+// The selection's values checked; 0 when valid, else 2 (bad usage, said on stderr).
+int check_selection(const Selection& sel) {
   if (g_long_batch < 1 || g_long_len < 1) {
     std::fprintf(stderr, "gpu_test_ops: --long-batch and --long-len must be positive\n");
     return 2;
   }
-  for (const std::string& o : ops)
+  for (const std::string& o : sel.ops)
     if (!listed({"fwht", "prefill", "append", "decode", "long", "real", "api", "rotated", "logits", "paged"}, o)) {
       std::fprintf(stderr, "gpu_test_ops: unknown op %s (see --help)\n", o.c_str());
       return 2;
     }
-  for (const std::string& f : fmts)
+  for (const std::string& f : sel.fmts)
     if (!listed({"cov", "omni", "bf16", "-"}, f)) {
       std::fprintf(stderr, "gpu_test_ops: unknown format %s (see --help)\n", f.c_str());
       return 2;
     }
-  const bool long_named = std::find(ops.begin(), ops.end(), "long") != ops.end();
-  std::vector<Case> sel;
+  return 0;
+}
+
+std::vector<Case> selected_cases(const Selection& sel) {
+  const bool long_named = std::find(sel.ops.begin(), sel.ops.end(), "long") != sel.ops.end();
+  std::vector<Case> out;
   for (const Case& c : build_table()) {
-    if (!listed(ops, op_name(c.op)) || !listed(fmts, fmt_name(c.fmt)) || !listed(bits, std::to_string(c.bits))) continue;
-    if (c.shape.slow && !slow && !long_named) continue;
-    if (!shapes.empty() &&
-        std::none_of(shapes.begin(), shapes.end(), [&](const std::string& x) { return c.shape.name.find(x) != std::string::npos; }))
+    if (!listed(sel.ops, op_name(c.op)) || !listed(sel.fmts, fmt_name(c.fmt)) || !listed(sel.bits, std::to_string(c.bits))) continue;
+    if (c.shape.slow && !sel.slow && !long_named) continue;
+    if (!sel.shapes.empty() && std::none_of(sel.shapes.begin(), sel.shapes.end(),
+                                            [&](const std::string& x) { return c.shape.name.find(x) != std::string::npos; }))
       continue;
-    sel.push_back(c);
+    out.push_back(c);
   }
-  if (list) {
-    for (const Case& c : sel) std::printf("%s%s\n", c.name().c_str(), c.shape.slow ? "  [slow]" : "");
-    std::printf("%zu case(s)\n", sel.size());
-    return 0;
-  }
-  if (sel.empty()) {
-    std::fprintf(stderr, "gpu_test_ops: no case matches the selection (see --list)\n");
-    return 2;
-  }
-  if (oscar_device_count() == 0) {
-    std::printf("SKIPPED: no CUDA device visible; run the GPU tests on a GPU machine (ctest -L gpu)\n");
-    return 77;
-  }
+  return out;
+}
+
+// Runs the cases, one line each; the exit status: 1 a case failed, 0 one passed, 77 every one skipped.
+int run_cases(const std::vector<Case>& cases) {
   int passed = 0, failed = 0, skipped = 0;
-  for (const Case& c : sel) {
+  for (const Case& c : cases) {
     Ctx ctx;
     const auto t0 = std::chrono::steady_clock::now();
     try {
@@ -1488,4 +1491,28 @@ int gpu_test_ops_main(int argc, char** argv) {
   }
   std::printf("%s: %d passed, %d failed, %d skipped\n", failed ? "FAILED" : passed ? "PASSED" : "SKIPPED", passed, failed, skipped);
   return failed ? 1 : passed ? 0 : 77;
+}
+
+}  // namespace
+
+// The driver (called by gpu_test_ops.cu's main).
+int gpu_test_ops_main(int argc, char** argv) {
+  Selection sel;
+  if (const int rc = parse_args(argc, argv, sel); rc >= 0) return rc;
+  if (const int rc = check_selection(sel); rc != 0) return rc;
+  const std::vector<Case> cases = selected_cases(sel);
+  if (sel.list) {
+    for (const Case& c : cases) std::printf("%s%s\n", c.name().c_str(), c.shape.slow ? "  [slow]" : "");
+    std::printf("%zu case(s)\n", cases.size());
+    return 0;
+  }
+  if (cases.empty()) {
+    std::fprintf(stderr, "gpu_test_ops: no case matches the selection (see --list)\n");
+    return 2;
+  }
+  if (oscar_device_count() == 0) {
+    std::printf("SKIPPED: no CUDA device visible; run the GPU tests on a GPU machine (ctest -L gpu)\n");
+    return 77;
+  }
+  return run_cases(cases);
 }
