@@ -73,24 +73,9 @@ __global__ void __launch_bounds__(256) paged_write_kernel(CovView c, RotArgs rot
         in_range = false;  // no rotated row to read (the host sends only steps whose every token has a window row)
       }
     }
-    uint4 kin = reinterpret_cast<const uint4*>(ksrc)[li];
-    uint4 vin = reinterpret_cast<const uint4*>(vsrc)[li];
-    float kx[8], vx[8];
-    bf16x8_to_float(kin, kx);
-    bf16x8_to_float(vin, vx);
-    if constexpr (ROT) {
-      rotate_row8<HD>(kx, rot.kind, rot.kind == 2 ? head_matrix(rot.key, rot.per_head, h, HD) : nullptr, li, mask);
-      rotate_row8<HD>(vx, rot.kind, rot.kind == 2 ? head_matrix(rot.value, rot.per_head, h, HD) : nullptr, li, mask);
-      kin = pack8_bf16(kx);
-      vin = pack8_bf16(vx);
-    }
+    uint4 kin, vin;
     uint32_t kbits, kpar, vbits, vpar;
-    float thk = -1.0f, thv = -1.0f;
-    if (c.quantile_k >= 0 && c.quantile_v >= 0) row_quantiles_kv<HD>(kx, c.quantile_k, vx, c.quantile_v, mask, thk, thv);
-    else if (c.quantile_k >= 0) thk = row_quantile<HD>(kx, c.quantile_k, mask);
-    else if (c.quantile_v >= 0) thv = row_quantile<HD>(vx, c.quantile_v, mask);
-    quantize_row<HD, BITS>(kx, c.clip_k, thk, c.rounding, mask, kbits, kpar);
-    quantize_row<HD, BITS>(vx, c.clip_v, thv, c.rounding, mask, vbits, vpar);
+    quantize_kv_row<HD, BITS, ROT>(c, rot, ksrc, vsrc, [&] { return h; }, li, mask, kin, vin, kbits, kpar, vbits, vpar);
     if (!in_range) continue;
     const int64_t slot = w.slots[i];
     if (slot < 0) continue;  // an engine's padding token: nothing written

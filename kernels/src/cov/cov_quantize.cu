@@ -38,25 +38,10 @@ __global__ void __launch_bounds__(256) prefill_kernel(CovView c, RotArgs rot, co
     int len = lens[b];
     len = len < 0 ? 0 : (len > max_len ? max_len : len);
     const bool live = in_range && t < len;
-    uint4 kin = reinterpret_cast<const uint4*>(k + row * HD)[li];
-    uint4 vin = reinterpret_cast<const uint4*>(v + row * HD)[li];
-    float kx[8], vx[8];
-    bf16x8_to_float(kin, kx);
-    bf16x8_to_float(vin, vx);
-    if constexpr (ROT) {  // in-kernel rotation of the unrotated input (every lane runs it: the shuffles need the whole row)
-      const int h = static_cast<int>(bh % c.Hkv);
-      rotate_row8<HD>(kx, rot.kind, rot.kind == 2 ? head_matrix(rot.key, rot.per_head, h, HD) : nullptr, li, mask);
-      rotate_row8<HD>(vx, rot.kind, rot.kind == 2 ? head_matrix(rot.value, rot.per_head, h, HD) : nullptr, li, mask);
-      kin = pack8_bf16(kx);
-      vin = pack8_bf16(vx);
-    }
+    const auto head = [&] { return static_cast<int>(bh % c.Hkv); };
+    uint4 kin, vin;
     uint32_t kbits, kpar, vbits, vpar;
-    float thk = -1.0f, thv = -1.0f;  // the quantile clip's thresholds (uniform: one cache field each)
-    if (c.quantile_k >= 0 && c.quantile_v >= 0) row_quantiles_kv<HD>(kx, c.quantile_k, vx, c.quantile_v, mask, thk, thv);
-    else if (c.quantile_k >= 0) thk = row_quantile<HD>(kx, c.quantile_k, mask);
-    else if (c.quantile_v >= 0) thv = row_quantile<HD>(vx, c.quantile_v, mask);
-    quantize_row<HD, BITS>(kx, c.clip_k, thk, c.rounding, mask, kbits, kpar);
-    quantize_row<HD, BITS>(vx, c.clip_v, thv, c.rounding, mask, vbits, vpar);
+    quantize_kv_row<HD, BITS, ROT>(c, rot, k + row * HD, v + row * HD, head, li, mask, kin, vin, kbits, kpar, vbits, vpar);
     if (!live) continue;
     const int64_t nb = covfmt::body_tokens(len, c.S, c.W);
     if (t < c.S) {
