@@ -191,7 +191,7 @@ typedef struct oscar_cov_paged {
   int32_t sink, recent;                       /* window sizes: sink a multiple of 64 (or 0), recent > 0 */
   int32_t page_tokens;                        /* P: tokens per page, a positive multiple of 64 */
   int64_t num_pages;                          /* pages in the pool */
-  int64_t page_stride;                        /* bytes from page i to page i + 1 (>= oscar_cov_paged_page_bytes; 16-byte multiple) */
+  int64_t page_stride;                        /* bytes from page i to page i + 1 (>= the layout's page_bytes; 16-byte multiple) */
   int32_t num_window_slots;                   /* window slots in k_sink .. v_recent */
   float clip_k, clip_v;                       /* as oscar_cov_cache */
   int32_t clip_mode, rounding;                /* as oscar_cov_cache */
@@ -229,7 +229,7 @@ typedef struct oscar_cov_paged_layout {
   int64_t page_bytes;         /* one page, all KV heads: num_kv_heads * region_bytes */
   int64_t k_codes_offset, v_codes_offset, k_params_offset, v_params_offset;  /* segments of a region */
   int64_t bf16_token_bytes;   /* one token of one KV head in the BF16 windows, K and V */
-  int64_t window_slot_bytes;  /* one window slot (all KV heads, sink + recent, K and V): num_kv_heads * (sink + recent) * bf16_token_bytes */
+  int64_t window_slot_bytes;  /* one window slot (all KV heads, sink + recent, K and V): Hkv * (sink + recent) * bf16_token_bytes */
 } oscar_cov_paged_layout;
 /* Fills *layout for (page_tokens, num_kv_heads, head_dim, bits, sink, recent) under the rules of oscar_cov_paged (a
  * compiled shape, page_tokens and sink multiples of 64, recent > 0); OSCAR_ERR_INVALID_ARGUMENT / UNSUPPORTED otherwise. */

@@ -37,17 +37,10 @@ inline Cache empty(int batch, int kv_heads, int head_dim, int bits, int64_t capa
   c.B = batch; c.H = kv_heads; c.D = head_dim; c.bits = bits; c.sink = sink; c.recent = recent;
   c.body_capacity = l.body_capacity; c.capacity = l.capacity;
   const int64_t BH = int64_t(batch) * kv_heads, CB = oscar::covfmt::body_code_bytes(head_dim, bits);
-  auto add = [&](const char* n, int eb, std::vector<int64_t> d, std::vector<std::string> names, int64_t layout_bytes) {
-    c.img.add("cov_twin", n, eb, std::move(d), std::move(names), layout_bytes);
-  };
-  add("k_sink", 2, {BH, sink, head_dim}, {"bh", "t", "ch"}, l.sink_bytes);
-  add("v_sink", 2, {BH, sink, head_dim}, {"bh", "t", "ch"}, l.sink_bytes);
-  add("k_recent", 2, {BH, recent, head_dim}, {"bh", "slot", "ch"}, l.recent_bytes);
-  add("v_recent", 2, {BH, recent, head_dim}, {"bh", "slot", "ch"}, l.recent_bytes);
-  add("k_codes", 1, {BH, l.body_capacity, CB}, {"bh", "body", "byte"}, l.codes_bytes);
-  add("v_codes", 1, {BH, l.body_capacity, CB}, {"bh", "body", "byte"}, l.codes_bytes);
-  add("k_params", 4, {BH, l.body_capacity}, {"bh", "body"}, l.params_bytes);
-  add("v_params", 4, {BH, l.body_capacity}, {"bh", "body"}, l.params_bytes);
+  c.img.add_kv("cov_twin", "sink", 2, {BH, sink, head_dim}, {"bh", "t", "ch"}, l.sink_bytes);
+  c.img.add_kv("cov_twin", "recent", 2, {BH, recent, head_dim}, {"bh", "slot", "ch"}, l.recent_bytes);
+  c.img.add_kv("cov_twin", "codes", 1, {BH, l.body_capacity, CB}, {"bh", "body", "byte"}, l.codes_bytes);
+  c.img.add_kv("cov_twin", "params", 4, {BH, l.body_capacity}, {"bh", "body"}, l.params_bytes);
   return c;
 }
 
@@ -141,13 +134,7 @@ inline F dequant(const Cache& c, bool is_v, int b, int h, int64_t t, int64_t L, 
 
 // Rows [0, L) of (b, h) dequantized into K, V ([L][D], double): the decode reference's cache.
 inline void dequant_head(const Cache& c, int b, int h, int64_t L, std::vector<double>& K, std::vector<double>& V) {
-  K.resize(size_t(L) * c.D);
-  V.resize(K.size());
-  for (int64_t t = 0; t < L; ++t)
-    for (int ch = 0; ch < c.D; ++ch) {
-      K[size_t(t) * c.D + ch] = dequant<double>(c, false, b, h, t, L, ch);
-      V[size_t(t) * c.D + ch] = dequant<double>(c, true, b, h, t, L, ch);
-    }
+  twins::dequant_rows(c.D, L, K, V, [&](bool is_v, int64_t t, int ch) { return dequant<double>(c, is_v, b, h, t, L, ch); });
 }
 
 }  // namespace cov_twin

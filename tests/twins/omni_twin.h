@@ -35,16 +35,11 @@ inline Cache empty(int batch, int kv_heads, int head_dim, int bits, int64_t capa
   Cache c;
   c.B = batch; c.H = kv_heads; c.D = head_dim; c.bits = bits; c.body_capacity = l.body_capacity; c.capacity = l.capacity;
   const int64_t BH = int64_t(batch) * kv_heads, CB = code_bytes(head_dim, bits), cap = l.body_capacity;
-  auto add = [&](const char* n, int eb, std::vector<int64_t> d, std::vector<std::string> names, int64_t layout_bytes) {
-    c.img.add("omni_twin", n, eb, std::move(d), std::move(names), layout_bytes);
-  };
-  add("k_res", 2, {BH, kResidual, head_dim}, {"bh", "slot", "ch"}, l.res_bytes);
-  add("v_res", 2, {BH, kResidual, head_dim}, {"bh", "slot", "ch"}, l.res_bytes);
-  add("k_codes", 1, {BH, cap, CB}, {"bh", "t", "byte"}, l.codes_bytes);
-  add("v_codes", 1, {BH, cap, CB}, {"bh", "t", "byte"}, l.codes_bytes);
-  add("k_params", 4, {BH, cap / kKeyBlock, head_dim}, {"bh", "block", "ch"}, l.k_params_bytes);
-  add("v_params", 4, {BH, cap, head_dim / kValueGroup}, {"bh", "t", "group"}, l.v_params_bytes);
-  add("k_norms", 2, {batch, cap}, {"b", "t"}, l.norms_bytes);
+  c.img.add_kv("omni_twin", "res", 2, {BH, kResidual, head_dim}, {"bh", "slot", "ch"}, l.res_bytes);
+  c.img.add_kv("omni_twin", "codes", 1, {BH, cap, CB}, {"bh", "t", "byte"}, l.codes_bytes);
+  c.img.add("omni_twin", "k_params", 4, {BH, cap / kKeyBlock, head_dim}, {"bh", "block", "ch"}, l.k_params_bytes);
+  c.img.add("omni_twin", "v_params", 4, {BH, cap, head_dim / kValueGroup}, {"bh", "t", "group"}, l.v_params_bytes);
+  c.img.add("omni_twin", "k_norms", 2, {batch, cap}, {"b", "t"}, l.norms_bytes);
   return c;
 }
 
@@ -144,13 +139,7 @@ inline F dequant(const Cache& c, bool is_v, int b, int h, int64_t t, int64_t L, 
 
 // Rows [0, L) of (b, h) dequantized into K, V ([L][D], double): the decode reference's cache.
 inline void dequant_head(const Cache& c, int b, int h, int64_t L, std::vector<double>& K, std::vector<double>& V) {
-  K.resize(size_t(L) * c.D);
-  V.resize(K.size());
-  for (int64_t t = 0; t < L; ++t)
-    for (int ch = 0; ch < c.D; ++ch) {
-      K[size_t(t) * c.D + ch] = dequant<double>(c, false, b, h, t, L, ch);
-      V[size_t(t) * c.D + ch] = dequant<double>(c, true, b, h, t, L, ch);
-    }
+  twins::dequant_rows(c.D, L, K, V, [&](bool is_v, int64_t t, int ch) { return dequant<double>(c, is_v, b, h, t, L, ch); });
 }
 
 }  // namespace omni_twin
