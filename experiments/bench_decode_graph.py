@@ -10,8 +10,8 @@ Caches are allocated through the C API (kernels/python/oscar_kv); every call run
 K/V are rotated over copies so that each repeat reads at least 256 MB (more than the 50 MB L2).
 Usage: python3 experiments/bench_decode_graph.py --lib liboscar_kernels.so [--head-dims 64 128 256]
        [--batch 1 8 32] [--ctx 32768 131072] [--softcap C] [--json out.json] [--markdown out.md]
---softcap C (> 0): the quantized decodes go through oscar_*_decode_ex with Gemma 2's soft-capping C (the cost of
-the capped path; the baselines are unchanged).
+--softcap C (> 0): the quantized decodes take Gemma 2's soft-capping C in their options (oscar_decode_options; the cost
+of the capped path; the baselines are unchanged).
 """
 import argparse
 import ctypes as C
@@ -108,19 +108,15 @@ def bench_shape(lib, D, hq, hkv, B, L, reps, cp, softcap=0.0):
 
                 def pre(i):
                     r = i % nrot
-                    lib.call(pre_fn, C.byref(caches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L, stream())
+                    lib.call(pre_fn, C.byref(caches[r]), None, ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L, stream())
                 pre_us = per_call_us(pre, nrot, max(nrot, reps // 2))
                 cache_bytes = (lib.cov_cache_bytes(B, hkv, D, bits, L) if fmt == "cov" else lib.omni_cache_bytes(B, hkv, D, bits, L))
 
-                logits = oscar_kv._capi.DecodeLogits(softcap, None)
+                opts = C.byref(oscar_kv.DecodeOptions(softcap=softcap)) if softcap > 0 else None
 
                 def dec(i):
-                    if softcap > 0:
-                        lib.call(dec_fn + "_ex", C.byref(caches[i % nrot]), None, C.byref(logits), q.data_ptr(), hq,
-                                 lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(), ws_bytes, stream())
-                    else:
-                        lib.call(dec_fn, C.byref(caches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(),
-                                 ws.data_ptr(), ws_bytes, stream())
+                    lib.call(dec_fn, C.byref(caches[i % nrot]), opts, q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(),
+                             ws.data_ptr(), ws_bytes, stream())
                 res = {"call_us": per_call_us(dec, 5, reps), "graph_us": graph_us(dec, GRAPH_CALLS, reps)}
                 dec(0)
                 torch.cuda.synchronize()

@@ -36,15 +36,16 @@
 //     3, 12, 20, 25, fp16); skipped, never passed, without one; a given file that cannot be read fails.
 //     Measured on the H100 (2026-11-24): smollm2-hd64 cov INT2 worst 2.1e-3 (layer 20), INT4 1.4e-3 (layer 3);
 //     kjv-hd128 cov INT2 3.1e-3, INT4 1.3e-3, omni INT2 1.1e-3, INT4 1.2e-3.
-//   logits: the *_decode_ex entry points with Gemma 2's soft-capping, gpt-oss's per-head sink logits, and both, against
+//   logits: the decode with Gemma 2's soft-capping, gpt-oss's per-head sink logits, and both in its options, against
 //     float64 attention with the same modifiers (attn_twin::Logits) over the cache (which equals the twin first); same bound
 //     as decode. Each modifier must move the float64 output by more than 5x the bound, so a kernel ignoring it fails.
 //   paged: oscar-cov's paged layout (oscar_cov_paged_*: shuffled pages, window slots that are not the sequence index,
 //     page sizes 64 and 256), written as an engine does (the prompts in two chunks, then single-token steps), without
 //     and with a per-head matrix rotation, against the contiguous cache holding the same tokens: every live code,
-//     (scale, zero) and window row bit for bit, the decode output bit for bit (the same plan), and within the decode
-//     bound of float64 attention over the twin; with a fixed split (split_tokens 512) every sequence decoded alone gives
-//     the bits it gets in the batch (batch invariance).
+//     (scale, zero) and window row bit for bit (at the offsets of oscar_cov_paged_layout_of, which must equal
+//     cov_paged_format.h's), the decode output bit for bit (the same plan; also with soft-capping and sink logits in the
+//     options of both), and within the decode bound of float64 attention over the twin; with a fixed split (split_tokens
+//     512) every sequence decoded alone gives the bits it gets in the batch (batch invariance).
 //   api: the C API rejects bad shapes, pointers, lengths and workspaces with the right status (and names
 //     the argument), and the allocators reject bad shapes.
 #include <cuda_runtime.h>
@@ -317,8 +318,25 @@ std::vector<T> download(Ctx& ctx, const void* p, size_t n, const char* what) {
 // The two cache formats behind one interface: allocation (the C API's create/destroy, sized by layout()),
 // the entry points, the twin, and the device arrays in the twin image's order.
 
-struct CovFmt {
-  using Dev = oscar_cov_cache;
+// The three entry points of a format (oscar_kv.h), each with its options (nullptr: the plain call).
+template <class D, auto Prefill, auto Append, auto Decode>
+struct Entries {
+  using Dev = D;
+  static oscar_status prefill(const Dev& c, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e,
+                              const oscar_write_options* o = nullptr) {
+    return Prefill(&c, o, k, v, l, mx, nullptr, e);
+  }
+  static oscar_status append(const Dev& c, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e,
+                             const oscar_write_options* o = nullptr) {
+    return Append(&c, o, k, v, l, mx, nullptr, e);
+  }
+  static oscar_status decode(const Dev& c, const void* q, int hq, const int32_t* l, int32_t mx, float sc, float* out, void* ws, size_t wsb,
+                             oscar_error* e, const oscar_decode_options* o = nullptr) {
+    return Decode(&c, o, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
+  }
+};
+
+struct CovFmt : Entries<oscar_cov_cache, oscar_cov_prefill, oscar_cov_append, oscar_cov_decode> {
   using Twin = cov_twin::Cache;
   static constexpr const char* name = "oscar-cov";
   static constexpr bool poison = true;  // prefill must not depend on the memory it does not write
@@ -327,30 +345,6 @@ struct CovFmt {
   }
   static oscar_status destroy(Dev* c, oscar_error* e) { return oscar_cov_cache_destroy(c, e); }
   static int64_t capacity(const Dev& c) { return oscar_cov_capacity(&c); }
-  static oscar_status prefill(const Dev& c, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
-    return oscar_cov_prefill(&c, k, v, l, mx, nullptr, e);
-  }
-  static oscar_status append(const Dev& c, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
-    return oscar_cov_append(&c, k, v, l, mx, nullptr, e);
-  }
-  static oscar_status decode(const Dev& c, const void* q, int hq, const int32_t* l, int32_t mx, float sc, float* out, void* ws, size_t wsb,
-                             oscar_error* e) {
-    return oscar_cov_decode(&c, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
-  }
-  static oscar_status prefill_rot(const Dev& c, const oscar_rotation* r, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
-    return oscar_cov_prefill_rotated(&c, r, k, v, l, mx, nullptr, e);
-  }
-  static oscar_status append_rot(const Dev& c, const oscar_rotation* r, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
-    return oscar_cov_append_rotated(&c, r, k, v, l, mx, nullptr, e);
-  }
-  static oscar_status decode_rot(const Dev& c, const oscar_rotation* r, const void* q, int hq, const int32_t* l, int32_t mx, float sc, float* out,
-                                 void* ws, size_t wsb, oscar_error* e) {
-    return oscar_cov_decode_rotated(&c, r, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
-  }
-  static oscar_status decode_ex(const Dev& c, const oscar_decode_logits* lg, const void* q, int hq, const int32_t* l, int32_t mx, float sc,
-                                float* out, void* ws, size_t wsb, oscar_error* e) {
-    return oscar_cov_decode_ex(&c, nullptr, lg, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
-  }
   static Twin empty(int B, int H, int D, int bits, int64_t cap) { return cov_twin::empty(B, H, D, bits, cap); }
   static Twin build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std::vector<int>& lens, int bits, int64_t cap,
                     int rule_id = 0) {
@@ -377,40 +371,15 @@ struct CovFmt {
   static void head(const Twin& t, int b, int h, int64_t L, std::vector<double>& K, std::vector<double>& V) { cov_twin::dequant_head(t, b, h, L, K, V); }
 };
 
-struct OmniFmt {
-  using Dev = oscar_omni_cache;
+struct OmniFmt : Entries<oscar_omni_cache, oscar_omni_prefill, oscar_omni_append, oscar_omni_decode> {
   using Twin = omni_twin::Cache;
   static constexpr const char* name = "oscar-omni";
-  static constexpr bool poison = false;  // as created (zeroed): the former gpu_test_omni's allocation
+  static constexpr bool poison = false;  // as created (zeroed)
   static oscar_status create(Dev* c, int B, int H, int D, int bits, int64_t cap, oscar_error* e) {
     return oscar_omni_cache_create(c, B, H, D, bits, cap, e);
   }
   static oscar_status destroy(Dev* c, oscar_error* e) { return oscar_omni_cache_destroy(c, e); }
   static int64_t capacity(const Dev& c) { return oscar_omni_capacity(&c); }
-  static oscar_status prefill(const Dev& c, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
-    return oscar_omni_prefill(&c, k, v, l, mx, nullptr, e);
-  }
-  static oscar_status append(const Dev& c, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
-    return oscar_omni_append(&c, k, v, l, mx, nullptr, e);
-  }
-  static oscar_status decode(const Dev& c, const void* q, int hq, const int32_t* l, int32_t mx, float sc, float* out, void* ws, size_t wsb,
-                             oscar_error* e) {
-    return oscar_omni_decode(&c, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
-  }
-  static oscar_status prefill_rot(const Dev& c, const oscar_rotation* r, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
-    return oscar_omni_prefill_rotated(&c, r, k, v, l, mx, nullptr, e);
-  }
-  static oscar_status append_rot(const Dev& c, const oscar_rotation* r, const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
-    return oscar_omni_append_rotated(&c, r, k, v, l, mx, nullptr, e);
-  }
-  static oscar_status decode_rot(const Dev& c, const oscar_rotation* r, const void* q, int hq, const int32_t* l, int32_t mx, float sc, float* out,
-                                 void* ws, size_t wsb, oscar_error* e) {
-    return oscar_omni_decode_rotated(&c, r, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
-  }
-  static oscar_status decode_ex(const Dev& c, const oscar_decode_logits* lg, const void* q, int hq, const int32_t* l, int32_t mx, float sc,
-                                float* out, void* ws, size_t wsb, oscar_error* e) {
-    return oscar_omni_decode_ex(&c, nullptr, lg, q, hq, l, mx, sc, out, ws, wsb, nullptr, e);
-  }
   static Twin empty(int B, int H, int D, int bits, int64_t cap) { return omni_twin::empty(B, H, D, bits, cap); }
   static Twin build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std::vector<int>& lens, int bits, int64_t cap,
                     int = 0) {
@@ -463,15 +432,16 @@ struct DevCache {
 
 // Uploads the rows and lengths, prefills lens, then appends `appends` single tokens (token L of each
 // sequence from its rows); `cur` ends as the lengths the cache holds.
-// rot: the rows are unrotated and go through the *_rotated entry points.
+// rot: the rows are unrotated and go to the entry points with this rotation in their options (nullptr: plain calls).
 template <class F>
 bool fill(Ctx& ctx, const DevCache<F>& dc, const twins::Inputs& in, const DevBuf& dk, const DevBuf& dv, DevBuf& dl,
           const std::vector<int>& lens, int appends, std::vector<int>& cur, const oscar_rotation* rot = nullptr) {
+  const oscar_write_options wo{rot ? *rot : oscar_rotation{}};
   auto prefill = [&](const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
-    return rot ? F::prefill_rot(dc.c, rot, k, v, l, mx, e) : F::prefill(dc.c, k, v, l, mx, e);
+    return F::prefill(dc.c, k, v, l, mx, e, rot ? &wo : nullptr);
   };
   auto append = [&](const void* k, const void* v, const int32_t* l, int32_t mx, oscar_error* e) {
-    return rot ? F::append_rot(dc.c, rot, k, v, l, mx, e) : F::append(dc.c, k, v, l, mx, e);
+    return F::append(dc.c, k, v, l, mx, e, rot ? &wo : nullptr);
   };
   const int B = in.k.B, H = in.k.H, D = in.k.D;
   oscar_error err{};
@@ -666,16 +636,27 @@ void op_quant(Ctx& ctx, const Case& c) {
                                                                            : "every live element bit-exact";
 }
 
+// A case's inputs (rows and queries from its profile and seed) and their device copies: k, v, q and room for the lengths.
+struct CaseInputs {
+  const Shape& s;
+  int T, B, D;
+  double scale;
+  twins::Inputs in;
+  DevBuf dk, dv, dq, dl;
+  explicit CaseInputs(const Case& c)
+      : s(c.shape), T(max_len(s)), B(int(s.lens.size())), D(s.head_dim), scale(1.0 / std::sqrt(double(D))),
+        in(twins::make_inputs(s.profile, B, s.hq, s.hkv, T, D, seed_of(c))) {}
+  bool upload(Ctx& ctx) {
+    return dk.upload(ctx, in.k.x, "k") && dv.upload(ctx, in.v.x, "v") && dq.upload(ctx, in.q, "q") && dl.alloc(ctx, size_t(B) * 4, "lens");
+  }
+};
+
 // decode: the cache equals the twin, then the output is within the bound of float64 attention over it.
 template <class F>
 void op_decode(Ctx& ctx, const Case& c) {
-  const Shape& s = c.shape;
-  const int T = max_len(s), B = int(s.lens.size()), D = s.head_dim;
-  const double scale = 1.0 / std::sqrt(double(D));
-  const twins::Inputs in = twins::make_inputs(s.profile, B, s.hq, s.hkv, T, D, seed_of(c));
-  DevBuf dk, dv, dl, dq;
-  if (!dk.upload(ctx, in.k.x, "k") || !dv.upload(ctx, in.v.x, "v") || !dq.upload(ctx, in.q, "q") || !dl.alloc(ctx, size_t(B) * 4, "lens"))
-    return;
+  CaseInputs x(c);
+  if (!x.upload(ctx)) return;
+  auto& [s, T, B, D, scale, in, dk, dv, dq, dl] = x;
   std::vector<int> cur = s.lens;
   std::vector<float> out;
   std::vector<double> ref;
@@ -698,17 +679,14 @@ void op_decode(Ctx& ctx, const Case& c) {
   check_outputs(ctx, out, ref, cur, all_seqs(B), s.hq, D, kDecodeBound, "");
 }
 
-// logits: the *_decode_ex entry points with soft-capping, sink logits and both, against float64 attention with the
+// logits: the decode with soft-capping, sink logits and both in its options, against float64 attention with the
 // same modifiers over the cache; each modifier moves the reference output well past the bound.
 template <class F>
 void op_logits(Ctx& ctx, const Case& c) {
-  const Shape& s = c.shape;
-  const int T = max_len(s), B = int(s.lens.size()), D = s.head_dim;
-  const double scale = 1.0 / std::sqrt(double(D));
-  const twins::Inputs in = twins::make_inputs(s.profile, B, s.hq, s.hkv, T, D, seed_of(c));
-  DevBuf dk, dv, dl, dq, dsinks;
-  if (!dk.upload(ctx, in.k.x, "k") || !dv.upload(ctx, in.v.x, "v") || !dq.upload(ctx, in.q, "q") || !dl.alloc(ctx, size_t(B) * 4, "lens"))
-    return;
+  CaseInputs x(c);
+  if (!x.upload(ctx)) return;
+  auto& [s, T, B, D, scale, in, dk, dv, dq, dl] = x;
+  DevBuf dsinks;
   DevCache<F> dc;
   std::vector<int> cur;
   if (!dc.create(ctx, B, s.hkv, D, c.bits, T) || !fill(ctx, dc, in, dk, dv, dl, s.lens, s.appends, cur)) return;
@@ -749,10 +727,11 @@ void op_logits(Ctx& ctx, const Case& c) {
       moved = std::max(moved, attn_twin::rel_err(pf.data(), &ref[o], D));
     }
     if (!(moved > 5 * kDecodeBound)) ctx.fail("%s: the modifier moves the float64 output by only %.2e: the case cannot catch it", v.name, moved);
-    const oscar_decode_logits lg{float(v.softcap), v.sinks ? dsinks.as<float>() : nullptr};
+    const oscar_decode_options opts{{}, float(v.softcap), v.sinks ? dsinks.as<float>() : nullptr};
     if (!ctx.cuda(cudaMemset(dout.p, 0xff, dout.bytes), "poison out")) return;
     oscar_error err{};
-    if (!ctx.ok(F::decode_ex(dc.c, &lg, dq.p, s.hq, dl.as<int32_t>(), mx, float(scale), dout.as<float>(), dws.p, wsb, &err), err, "decode_ex") ||
+    if (!ctx.ok(F::decode(dc.c, dq.p, s.hq, dl.as<int32_t>(), mx, float(scale), dout.as<float>(), dws.p, wsb, &err, &opts), err,
+                "decode with logit options") ||
         !ctx.cuda(cudaDeviceSynchronize(), "decode sync"))
       return;
     const std::vector<float> out = download<float>(ctx, dout.p, size_t(B) * s.hq * D, "out");
@@ -762,7 +741,7 @@ void op_logits(Ctx& ctx, const Case& c) {
   }
 }
 
-// rotated: the *_rotated entry points on unrotated rows against the plain entry points on rows the
+// rotated: the entry points with a rotation in their options on unrotated rows against the plain calls on rows the
 // host rotated by oscar/rotate_math.h's rule (tests/twins/rotate_twin.h): after prefill and appends the cache bit
 // for bit, and the rotated decode's output bit for bit against the plain decode's output un-rotated on the host;
 // the plain output also within the decode bound of float64 attention. Three rotations per case: Hadamard, one
@@ -798,8 +777,9 @@ void op_rotated(Ctx& ctx, const Case& c) {
     DevBuf dws, dout;
     if (!dws.alloc(ctx, wsb, "workspace") || !dout.alloc(ctx, size_t(B) * s.hq * D * 4, "out")) return;
     oscar_error err{};
-    if (!ctx.ok(F::decode_rot(dc.c, &rot, dq.p, s.hq, dl.as<int32_t>(), mx, float(scale), dout.as<float>(), dws.p, wsb, &err), err,
-                "decode_rotated") ||
+    const oscar_decode_options opts{rot, 0.f, nullptr};
+    if (!ctx.ok(F::decode(dc.c, dq.p, s.hq, dl.as<int32_t>(), mx, float(scale), dout.as<float>(), dws.p, wsb, &err, &opts), err,
+                "rotated decode") ||
         !ctx.cuda(cudaDeviceSynchronize(), "decode sync"))
       return;
     const std::vector<float> fused = download<float>(ctx, dout.p, size_t(B) * s.hq * D, "out");
@@ -821,200 +801,268 @@ void op_rotated(Ctx& ctx, const Case& c) {
 }
 
 // paged: the paged cache written as an engine writes it against the contiguous cache of the same tokens.
-void op_paged(Ctx& ctx, const Case& c) {
-  namespace cp = oscar::covpaged;
-  const Shape& s = c.shape;
-  const int T = max_len(s), B = int(s.lens.size()), D = s.head_dim, H = s.hkv;
-  const int S = oscar::covfmt::kDefaultSink, W = oscar::covfmt::kDefaultRecent;
-  const double scale = 1.0 / std::sqrt(double(D));
-  const twins::Inputs in = twins::make_inputs(s.profile, B, s.hq, H, T, D, seed_of(c));
-  const int64_t CB = cp::code_bytes(D, c.bits);
-  std::string info;
-  for (int variant = 0; variant < 2; ++variant) {
-    const bool rotated = variant == 1;
-    const int P = rotated ? 256 : 64;
-    const rotate_twin::Rotation rt = rotate_twin::make(OSCAR_ROTATION_MATRIX, 1, H, D, seed_of(c) + 5);
-    DevBuf dk, dv, dl, dq, drk, drv;
-    if (!dk.upload(ctx, in.k.x, "k") || !dv.upload(ctx, in.v.x, "v") || !dq.upload(ctx, in.q, "q") || !dl.alloc(ctx, size_t(B) * 4, "lens") ||
-        !drk.upload(ctx, rt.key, "R_K") || !drv.upload(ctx, rt.value, "R_V"))
-      return;
-    const oscar_rotation rot{OSCAR_ROTATION_MATRIX, 1, drk.as<float>(), drv.as<float>()};
-    const oscar_rotation* rp = rotated ? &rot : nullptr;
-    // The contiguous cache.
-    DevCache<CovFmt> dc;
-    std::vector<int> cur;
-    if (!dc.create(ctx, B, H, D, c.bits, T) || !fill(ctx, dc, in, dk, dv, dl, s.lens, s.appends, cur, rp)) return;
-    // The paged cache: pages shuffled over a pool with spare pages, window slot of b = slots - 1 - b (never b).
-    const int per_seq = int((T + P - 1) / P), slots = B + 3;
+
+// The device side of a paged cache: pages shuffled over a pool with spare pages (page_stride padded as an engine may),
+// window slot of sequence b = slots - 1 - b (never b), the arrays poisoned; the layout of oscar_cov_paged_layout_of.
+struct PagedDev {
+  oscar_cov_paged pc{};
+  oscar_cov_paged_layout lay{};
+  DevBuf pages, ks, vs, kr, vr, bt, slots;
+  std::vector<int32_t> bt_host, wslot;
+  int B = 0, H = 0, D = 0, P = 0, S = 0, W = 0, per_seq = 0;
+  size_t sink_bytes = 0, ring_bytes = 0;
+
+  bool create(Ctx& ctx, const Case& c, int T, int page_tokens) {
+    namespace cp = oscar::covpaged;
+    const Shape& s = c.shape;
+    B = int(s.lens.size()), H = s.hkv, D = s.head_dim, P = page_tokens;
+    S = oscar::covfmt::kDefaultSink, W = oscar::covfmt::kDefaultRecent;
+    per_seq = (T + P - 1) / P;
+    const int nslots = B + 3;
     const int64_t num_pages = int64_t(B) * per_seq + 5;
     std::vector<int32_t> perm(static_cast<size_t>(num_pages));
     for (size_t i = 0; i < perm.size(); ++i) perm[i] = int32_t(i);
     std::shuffle(perm.begin(), perm.end(), std::mt19937(seed_of(c) + 11));
-    std::vector<int32_t> bt(static_cast<size_t>(B) * per_seq), wslot(static_cast<size_t>(B));
-    for (size_t i = 0; i < bt.size(); ++i) bt[i] = perm[i];
-    for (int b = 0; b < B; ++b) wslot[size_t(b)] = slots - 1 - b;
-    oscar_cov_paged pc{};
+    bt_host.assign(perm.begin(), perm.begin() + long(B) * per_seq);
+    wslot.resize(size_t(B));
+    for (int b = 0; b < B; ++b) wslot[size_t(b)] = nslots - 1 - b;
+    oscar_error err{};
+    if (!ctx.ok(oscar_cov_paged_layout_of(P, H, D, c.bits, S, W, &lay, &err), err, "oscar_cov_paged_layout_of")) return false;
+    ++ctx.checks;
+    if (lay.page_bytes != cp::page_bytes(P, H, D, c.bits) || lay.region_bytes != cp::region_bytes(P, D, c.bits) ||
+        lay.v_codes_offset != cp::v_codes_offset(P, D, c.bits) || lay.k_params_offset != cp::k_params_offset(P, D, c.bits) ||
+        lay.v_params_offset != cp::v_params_offset(P, D, c.bits) || lay.window_slot_bytes != cp::window_slot_bytes(H, D, S, W))
+      ctx.fail("oscar_cov_paged_layout_of disagrees with cov_paged_format.h");
     pc.num_kv_heads = H; pc.head_dim = D; pc.bits = c.bits; pc.sink = S; pc.recent = W; pc.page_tokens = P;
     pc.num_pages = num_pages;
-    pc.page_stride = cp::page_bytes(P, H, D, c.bits) + 32;  // an engine may pad its pages
-    pc.num_window_slots = slots;
+    pc.page_stride = lay.page_bytes + 32;  // an engine may pad its pages
+    pc.num_window_slots = nslots;
     oscar_cov_paged_default_rule(&pc);
-    ++ctx.checks;
-    if (oscar_cov_paged_page_bytes(P, H, D, c.bits) != cp::page_bytes(P, H, D, c.bits) ||
-        oscar_cov_paged_window_bytes(H, D, S, W) != cp::window_slot_bytes(H, D, S, W))
-      ctx.fail("oscar_cov_paged_page_bytes / _window_bytes disagree with cov_paged_format.h");
-    DevBuf dpages, dks, dvs, dkr, dvr, dbt, dws;
-    const size_t sink_bytes = size_t(slots) * H * S * D * 2, ring_bytes = size_t(slots) * H * W * D * 2;
-    if (!dpages.alloc(ctx, size_t(num_pages * pc.page_stride), "pages") || !dks.alloc(ctx, sink_bytes, "k_sink") ||
-        !dvs.alloc(ctx, sink_bytes, "v_sink") || !dkr.alloc(ctx, ring_bytes, "k_recent") || !dvr.alloc(ctx, ring_bytes, "v_recent") ||
-        !dbt.upload(ctx, bt, "block table") || !dws.upload(ctx, wslot, "window slots"))
-      return;
-    for (DevBuf* d : {&dpages, &dks, &dvs, &dkr, &dvr})
-      if (!ctx.cuda(cudaMemset(d->p, 0xAB, d->bytes), "poison")) return;
-    pc.pages = dpages.p; pc.k_sink = dks.p; pc.v_sink = dvs.p; pc.k_recent = dkr.p; pc.v_recent = dvr.p;
-    // One engine step: tokens [from[b], to[b]) of every sequence, token-major rows [tokens][H][D].
-    auto step = [&](const std::vector<int>& from, const std::vector<int>& to, const char* what) {
-      std::vector<int32_t> qsl(static_cast<size_t>(B) + 1, 0), lens(static_cast<size_t>(B));
-      std::vector<int64_t> slot_map;
-      std::vector<uint16_t> kr, vr;
-      for (int b = 0; b < B; ++b) {
-        lens[size_t(b)] = to[size_t(b)];
-        qsl[size_t(b) + 1] = qsl[size_t(b)] + (to[size_t(b)] - from[size_t(b)]);
-        for (int t = from[size_t(b)]; t < to[size_t(b)]; ++t) {
-          slot_map.push_back(int64_t(bt[size_t(b) * per_seq + t / P]) * P + t % P);
-          for (int h = 0; h < H; ++h) {
-            kr.insert(kr.end(), in.k.row(b, h, t), in.k.row(b, h, t) + D);
-            vr.insert(vr.end(), in.v.row(b, h, t), in.v.row(b, h, t) + D);
-          }
-        }
-      }
-      const int n = qsl[size_t(B)];
-      if (n == 0) return true;
-      DevBuf dkk, dvv, dsm, dqsl, dlen;
-      if (!dkk.upload(ctx, kr, "k rows") || !dvv.upload(ctx, vr, "v rows") || !dsm.upload(ctx, slot_map, "slot mapping") ||
-          !dqsl.upload(ctx, qsl, "qsl") || !dlen.upload(ctx, lens, "lens"))
-        return false;
-      const oscar_paged_batch pb{B, dlen.as<int32_t>(), dqsl.as<int32_t>(), dbt.as<int32_t>(), per_seq, dws.as<int32_t>(), 0};
-      oscar_error err{};
-      return ctx.ok(oscar_cov_paged_write(&pc, rp, &pb, dkk.p, dvv.p, int64_t(H) * D, int64_t(H) * D, n, dsm.as<int64_t>(), nullptr, &err), err,
-                    what) &&
-             ctx.cuda(cudaDeviceSynchronize(), what);
-    };
-    std::vector<int> zero(static_cast<size_t>(B), 0), half(static_cast<size_t>(B)), now = s.lens;
-    for (int b = 0; b < B; ++b) half[size_t(b)] = s.lens[size_t(b)] / 2;
-    if (!step(zero, half, "write: first chunk") || !step(half, now, "write: second chunk")) return;
-    for (int a = 0; a < s.appends; ++a) {
-      std::vector<int> next = now;
-      for (int& L : next) ++L;
-      if (!step(now, next, "write: decode step")) return;
-      now = next;
-    }
-    // Every live element against the contiguous cache.
-    const oscar::covfmt::Layout lay = oscar::covfmt::layout(B, H, D, c.bits, T, S, W);
-    const auto kc = download<uint8_t>(ctx, dc.c.k_codes, size_t(lay.codes_bytes), "k codes");
-    const auto vc = download<uint8_t>(ctx, dc.c.v_codes, size_t(lay.codes_bytes), "v codes");
-    const auto kp = download<uint32_t>(ctx, dc.c.k_params, size_t(lay.params_bytes / 4), "k params");
-    const auto vp = download<uint32_t>(ctx, dc.c.v_params, size_t(lay.params_bytes / 4), "v params");
-    const auto ksk = download<uint16_t>(ctx, dc.c.k_sink, size_t(lay.sink_bytes / 2), "k sink");
-    const auto vsk = download<uint16_t>(ctx, dc.c.v_sink, size_t(lay.sink_bytes / 2), "v sink");
-    const auto krc = download<uint16_t>(ctx, dc.c.k_recent, size_t(lay.recent_bytes / 2), "k recent");
-    const auto vrc = download<uint16_t>(ctx, dc.c.v_recent, size_t(lay.recent_bytes / 2), "v recent");
-    const auto pages = download<uint8_t>(ctx, dpages.p, dpages.bytes, "pages");
-    const auto pks = download<uint16_t>(ctx, dks.p, sink_bytes / 2, "paged k sink");
-    const auto pvs = download<uint16_t>(ctx, dvs.p, sink_bytes / 2, "paged v sink");
-    const auto pkr = download<uint16_t>(ctx, dkr.p, ring_bytes / 2, "paged k recent");
-    const auto pvr = download<uint16_t>(ctx, dvr.p, ring_bytes / 2, "paged v recent");
-    int64_t bad = 0, live = 0;
-    auto differ = [&](const void* a, const void* b, size_t n, const char* what, int sb, int h, int t) {
-      ++live;
-      if (std::memcmp(a, b, n) == 0) return;
-      if (bad++ < 8) ctx.fail("%s: b=%d h=%d token %d differs from the contiguous cache", what, sb, h, t);
-    };
+    sink_bytes = size_t(nslots) * H * S * D * 2, ring_bytes = size_t(nslots) * H * W * D * 2;
+    if (!pages.alloc(ctx, size_t(num_pages * pc.page_stride), "pages") || !ks.alloc(ctx, sink_bytes, "k_sink") ||
+        !vs.alloc(ctx, sink_bytes, "v_sink") || !kr.alloc(ctx, ring_bytes, "k_recent") || !vr.alloc(ctx, ring_bytes, "v_recent") ||
+        !bt.upload(ctx, bt_host, "block table") || !slots.upload(ctx, wslot, "window slots"))
+      return false;
+    for (DevBuf* d : {&pages, &ks, &vs, &kr, &vr})
+      if (!ctx.cuda(cudaMemset(d->p, 0xAB, d->bytes), "poison")) return false;
+    pc.pages = pages.p; pc.k_sink = ks.p; pc.v_sink = vs.p; pc.k_recent = kr.p; pc.v_recent = vr.p;
+    return true;
+  }
+
+  // The decode batch of every sequence at device lengths `lens`.
+  oscar_paged_batch batch(const DevBuf& lens, int split_tokens) const {
+    return oscar_paged_batch{B, lens.as<int32_t>(), nullptr, bt.as<int32_t>(), per_seq, slots.as<int32_t>(), split_tokens};
+  }
+
+  // One engine step: tokens [from[b], to[b]) of every sequence, token-major rows [tokens][H][D].
+  bool step(Ctx& ctx, const twins::Inputs& in, const std::vector<int>& from, const std::vector<int>& to, const oscar_write_options* wo,
+            const char* what) {
+    std::vector<int32_t> qsl(static_cast<size_t>(B) + 1, 0), lens(static_cast<size_t>(B));
+    std::vector<int64_t> slot_map;
+    std::vector<uint16_t> krows, vrows;
     for (int b = 0; b < B; ++b) {
-      const int L = now[size_t(b)];
-      const int64_t nb = oscar::covfmt::body_tokens(L, S, W);
-      for (int h = 0; h < H; ++h) {
-        const int64_t bh = int64_t(b) * H + h, wh = int64_t(wslot[size_t(b)]) * H + h;
-        for (int t = 0; t < L; ++t) {
-          if (t < S) {
-            differ(&pks[size_t((wh * S + t) * D)], &ksk[size_t((bh * S + t) * D)], size_t(D) * 2, "k sink", b, h, t);
-            differ(&pvs[size_t((wh * S + t) * D)], &vsk[size_t((bh * S + t) * D)], size_t(D) * 2, "v sink", b, h, t);
-          } else if (t < S + nb) {
-            const int64_t page = bt[size_t(b) * per_seq + t / P], off = t % P;
-            const uint8_t* reg = &pages[size_t(page * pc.page_stride + h * cp::region_bytes(P, D, c.bits))];
-            const int64_t bi = bh * lay.body_capacity + (t - S);
-            differ(reg + off * CB, &kc[size_t(bi * CB)], size_t(CB), "k codes", b, h, t);
-            differ(reg + cp::v_codes_offset(P, D, c.bits) + off * CB, &vc[size_t(bi * CB)], size_t(CB), "v codes", b, h, t);
-            differ(reg + cp::k_params_offset(P, D, c.bits) + off * 4, &kp[size_t(bi)], 4, "k params", b, h, t);
-            differ(reg + cp::v_params_offset(P, D, c.bits) + off * 4, &vp[size_t(bi)], 4, "v params", b, h, t);
-          } else {
-            const int64_t r = (t - S) % W;
-            differ(&pkr[size_t((wh * W + r) * D)], &krc[size_t((bh * W + r) * D)], size_t(D) * 2, "k recent", b, h, t);
-            differ(&pvr[size_t((wh * W + r) * D)], &vrc[size_t((bh * W + r) * D)], size_t(D) * 2, "v recent", b, h, t);
-          }
+      lens[size_t(b)] = to[size_t(b)];
+      qsl[size_t(b) + 1] = qsl[size_t(b)] + (to[size_t(b)] - from[size_t(b)]);
+      for (int t = from[size_t(b)]; t < to[size_t(b)]; ++t) {
+        slot_map.push_back(int64_t(bt_host[size_t(b) * per_seq + t / P]) * P + t % P);
+        for (int h = 0; h < H; ++h) {
+          krows.insert(krows.end(), in.k.row(b, h, t), in.k.row(b, h, t) + D);
+          vrows.insert(vrows.end(), in.v.row(b, h, t), in.v.row(b, h, t) + D);
         }
       }
     }
-    if (bad) return;
-    // Decode: the paged output against the contiguous one (the same plan: the same max_seq_len) bit for bit.
-    const int mx = std::max(1, *std::max_element(cur.begin(), cur.end()));
-    const size_t wsb = oscar_decode_workspace_bytes(B, s.hq, H, D, mx, 1);
-    DevBuf dwk, dout, dout2, dlen;
-    if (!dwk.alloc(ctx, wsb, "workspace") || !dout.alloc(ctx, size_t(B) * s.hq * D * 4, "out") ||
-        !dout2.alloc(ctx, size_t(B) * s.hq * D * 4, "out") || !dlen.upload(ctx, now, "lens"))
-      return;
+    const int n = qsl[size_t(B)];
+    if (n == 0) return true;
+    DevBuf dkk, dvv, dsm, dqsl, dlen;
+    if (!dkk.upload(ctx, krows, "k rows") || !dvv.upload(ctx, vrows, "v rows") || !dsm.upload(ctx, slot_map, "slot mapping") ||
+        !dqsl.upload(ctx, qsl, "qsl") || !dlen.upload(ctx, lens, "lens"))
+      return false;
+    const oscar_paged_batch pb{B, dlen.as<int32_t>(), dqsl.as<int32_t>(), bt.as<int32_t>(), per_seq, slots.as<int32_t>(), 0};
     oscar_error err{};
-    const oscar_paged_batch pb{B, dlen.as<int32_t>(), nullptr, dbt.as<int32_t>(), per_seq, dws.as<int32_t>(), 0};
-    if (!ctx.cuda(cudaMemset(dout.p, 0xff, dout.bytes), "poison out") ||
-        !ctx.ok(oscar_cov_paged_decode(&pc, rp, &pb, dq.p, s.hq, mx, float(scale), dout.as<float>(), dwk.p, wsb, nullptr, &err), err,
-                "oscar_cov_paged_decode") ||
-        !ctx.ok(rotated ? CovFmt::decode_rot(dc.c, rp, dq.p, s.hq, dl.as<int32_t>(), mx, float(scale), dout2.as<float>(), dwk.p, wsb, &err)
-                        : CovFmt::decode(dc.c, dq.p, s.hq, dl.as<int32_t>(), mx, float(scale), dout2.as<float>(), dwk.p, wsb, &err),
-                err, "contiguous decode") ||
-        !ctx.cuda(cudaDeviceSynchronize(), "decode sync"))
-      return;
-    std::vector<float> got = download<float>(ctx, dout.p, size_t(B) * s.hq * D, "out");
-    const std::vector<float> want = download<float>(ctx, dout2.p, size_t(B) * s.hq * D, "out");
-    size_t nbad = 0, first = 0;
-    for (size_t i = 0; i < got.size(); ++i)
-      if (std::memcmp(&got[i], &want[i], 4) != 0 && nbad++ == 0) first = i;
-    ++ctx.checks;
-    if (nbad) {
-      ctx.fail("page %d%s: %zu decode output element(s) differ from the contiguous decode (first %zu: %.9g vs %.9g)", P,
-               rotated ? " rotated" : "", nbad, first, got[first], want[first]);
-      return;
-    }
-    // Batch invariance (split_tokens fixed): the batch's outputs equal each sequence decoded alone, bit for bit.
-    {
-      const int split = 512;
-      const size_t wsf = oscar_cov_paged_workspace_bytes(B, s.hq, H, D, mx, split);
-      DevBuf dwf, dbat, done;
-      if (!dwf.alloc(ctx, wsf, "workspace") || !dbat.alloc(ctx, size_t(B) * s.hq * D * 4, "out") || !done.alloc(ctx, size_t(s.hq) * D * 4, "out"))
-        return;
-      oscar_paged_batch fb = pb;
-      fb.split_tokens = split;
-      if (!ctx.ok(oscar_cov_paged_decode(&pc, rp, &fb, dq.p, s.hq, mx, float(scale), dbat.as<float>(), dwf.p, wsf, nullptr, &err), err,
-                  "batch decode, split_tokens 512"))
-        return;
-      const std::vector<float> all = download<float>(ctx, dbat.p, size_t(B) * s.hq * D, "out");
-      size_t diff = 0;
-      for (int b = 0; b < B; ++b) {
-        oscar_paged_batch one = fb;
-        one.num_seqs = 1;
-        one.seq_lens = dlen.as<int32_t>() + b;
-        one.block_table = dbt.as<int32_t>() + size_t(b) * per_seq;
-        one.window_slot = dws.as<int32_t>() + b;
-        const uint16_t* qb = dq.as<uint16_t>() + size_t(b) * s.hq * D;
-        if (!ctx.ok(oscar_cov_paged_decode(&pc, rp, &one, qb, s.hq, mx, float(scale), done.as<float>(), dwf.p, wsf, nullptr, &err), err,
-                    "one-sequence decode") ||
-            !ctx.cuda(cudaDeviceSynchronize(), "decode sync"))
-          return;
-        const std::vector<float> o = download<float>(ctx, done.p, size_t(s.hq) * D, "out");
-        diff += std::memcmp(o.data(), &all[size_t(b) * s.hq * D], o.size() * 4) != 0;
+    const int64_t stride = int64_t(H) * D;
+    return ctx.ok(oscar_cov_paged_write(&pc, wo, &pb, dkk.p, dvv.p, stride, stride, n, dsm.as<int64_t>(), nullptr, &err), err, what) &&
+           ctx.cuda(cudaDeviceSynchronize(), what);
+  }
+};
+
+// Writes the prompts in two chunks, then `appends` single-token steps, as an engine does; `now` ends as the lengths.
+bool paged_fill(Ctx& ctx, PagedDev& pd, const twins::Inputs& in, const Shape& s, const oscar_write_options* wo, std::vector<int>& now) {
+  const size_t B = s.lens.size();
+  std::vector<int> zero(B, 0), half(B);
+  now = s.lens;
+  for (size_t b = 0; b < B; ++b) half[b] = s.lens[b] / 2;
+  if (!pd.step(ctx, in, zero, half, wo, "write: first chunk") || !pd.step(ctx, in, half, now, wo, "write: second chunk")) return false;
+  for (int a = 0; a < s.appends; ++a) {
+    std::vector<int> next = now;
+    for (int& L : next) ++L;
+    if (!pd.step(ctx, in, now, next, wo, "write: decode step")) return false;
+    now = next;
+  }
+  return true;
+}
+
+// Every live code, (scale, zero) and window row of the paged cache against the contiguous cache at lengths `now`; the
+// number of live rows compared, or -1 when any differs.
+int64_t paged_same_as_contiguous(Ctx& ctx, const PagedDev& pd, const DevCache<CovFmt>& dc, int bits, int T, const std::vector<int>& now) {
+  const int B = pd.B, H = pd.H, D = pd.D, S = pd.S, W = pd.W, P = pd.P;
+  const int64_t CB = pd.lay.code_bytes;
+  const oscar::covfmt::Layout lay = oscar::covfmt::layout(B, H, D, bits, T, S, W);
+  const auto kc = download<uint8_t>(ctx, dc.c.k_codes, size_t(lay.codes_bytes), "k codes");
+  const auto vc = download<uint8_t>(ctx, dc.c.v_codes, size_t(lay.codes_bytes), "v codes");
+  const auto kp = download<uint32_t>(ctx, dc.c.k_params, size_t(lay.params_bytes / 4), "k params");
+  const auto vp = download<uint32_t>(ctx, dc.c.v_params, size_t(lay.params_bytes / 4), "v params");
+  const std::vector<uint16_t> contiguous[4] = {download<uint16_t>(ctx, dc.c.k_sink, size_t(lay.sink_bytes / 2), "k sink"),
+                                               download<uint16_t>(ctx, dc.c.v_sink, size_t(lay.sink_bytes / 2), "v sink"),
+                                               download<uint16_t>(ctx, dc.c.k_recent, size_t(lay.recent_bytes / 2), "k recent"),
+                                               download<uint16_t>(ctx, dc.c.v_recent, size_t(lay.recent_bytes / 2), "v recent")};
+  const auto pages = download<uint8_t>(ctx, pd.pages.p, pd.pages.bytes, "pages");
+  const std::vector<uint16_t> paged[4] = {download<uint16_t>(ctx, pd.ks.p, pd.sink_bytes / 2, "paged k sink"),
+                                          download<uint16_t>(ctx, pd.vs.p, pd.sink_bytes / 2, "paged v sink"),
+                                          download<uint16_t>(ctx, pd.kr.p, pd.ring_bytes / 2, "paged k recent"),
+                                          download<uint16_t>(ctx, pd.vr.p, pd.ring_bytes / 2, "paged v recent")};
+  static const char* window_names[4] = {"k sink", "v sink", "k recent", "v recent"};
+  int64_t bad = 0, live = 0;
+  auto differ = [&](const void* x, const void* y, size_t n, const char* what, int sb, int h, int t) {
+    ++live;
+    if (std::memcmp(x, y, n) == 0) return;
+    if (bad++ < 8) ctx.fail("%s: b=%d h=%d token %d differs from the contiguous cache", what, sb, h, t);
+  };
+  for (int b = 0; b < B; ++b) {
+    const int L = now[size_t(b)];
+    const int64_t nb = oscar::covfmt::body_tokens(L, S, W);
+    for (int h = 0; h < H; ++h) {
+      const int64_t bh = int64_t(b) * H + h, wh = int64_t(pd.wslot[size_t(b)]) * H + h;
+      for (int t = 0; t < L; ++t) {
+        if (t < S || t >= S + nb) {  // a window row: sink row t, or ring slot (t - S) % W
+          const int w = t < S ? 0 : 2;
+          const int64_t r = t < S ? t : (t - S) % W, n = t < S ? S : W;
+          for (int kv = 0; kv < 2; ++kv)
+            differ(&paged[w + kv][size_t((wh * n + r) * D)], &contiguous[w + kv][size_t((bh * n + r) * D)], size_t(D) * 2,
+                   window_names[w + kv], b, h, t);
+          continue;
+        }
+        const int64_t page = pd.bt_host[size_t(b) * pd.per_seq + t / P], off = t % P;
+        const uint8_t* reg = &pages[size_t(page * pd.pc.page_stride + h * pd.lay.region_bytes)];
+        const int64_t bi = bh * lay.body_capacity + (t - S);
+        differ(reg + pd.lay.k_codes_offset + off * CB, &kc[size_t(bi * CB)], size_t(CB), "k codes", b, h, t);
+        differ(reg + pd.lay.v_codes_offset + off * CB, &vc[size_t(bi * CB)], size_t(CB), "v codes", b, h, t);
+        differ(reg + pd.lay.k_params_offset + off * pd.lay.param_bytes, &kp[size_t(bi)], 4, "k params", b, h, t);
+        differ(reg + pd.lay.v_params_offset + off * pd.lay.param_bytes, &vp[size_t(bi)], 4, "v params", b, h, t);
       }
-      ++ctx.checks;
-      if (diff) ctx.fail("split_tokens 512: %zu of %d sequences decode to other bits alone than in the batch", diff, B);
     }
+  }
+  return bad ? -1 : live;
+}
+
+// The number of elements of `got` that differ from `want` in their bits, and the first of them.
+size_t bit_differences(const std::vector<float>& got, const std::vector<float>& want, size_t& first) {
+  size_t n = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], 4) != 0 && n++ == 0) first = i;
+  return n;
+}
+
+// The paged decode against the contiguous one with the same options (the same plan: the same max_seq_len), bit for bit;
+// the paged output in `got`.
+bool paged_decode_matches(Ctx& ctx, const PagedDev& pd, const DevCache<CovFmt>& dc, const DevBuf& dq, const DevBuf& dl, const DevBuf& dlen,
+                          int hq, int mx, double scale, const oscar_decode_options* o, const char* what, std::vector<float>& got) {
+  const size_t wsb = oscar_decode_workspace_bytes(pd.B, hq, pd.H, pd.D, mx, 1), n = size_t(pd.B) * hq * pd.D;
+  DevBuf dwk, dout, dout2;
+  if (!dwk.alloc(ctx, wsb, "workspace") || !dout.alloc(ctx, n * 4, "out") || !dout2.alloc(ctx, n * 4, "out")) return false;
+  oscar_error err{};
+  const oscar_paged_batch pb = pd.batch(dlen, 0);
+  if (!ctx.cuda(cudaMemset(dout.p, 0xff, dout.bytes), "poison out") ||
+      !ctx.ok(oscar_cov_paged_decode(&pd.pc, o, &pb, dq.p, hq, mx, float(scale), dout.as<float>(), dwk.p, wsb, nullptr, &err), err, what) ||
+      !ctx.ok(CovFmt::decode(dc.c, dq.p, hq, dl.as<int32_t>(), mx, float(scale), dout2.as<float>(), dwk.p, wsb, &err, o), err,
+              "contiguous decode") ||
+      !ctx.cuda(cudaDeviceSynchronize(), "decode sync"))
+    return false;
+  got = download<float>(ctx, dout.p, n, "out");
+  const std::vector<float> want = download<float>(ctx, dout2.p, n, "out");
+  size_t first = 0;
+  const size_t nbad = bit_differences(got, want, first);
+  ++ctx.checks;
+  if (nbad)
+    ctx.fail("page %d, %s: %zu decode output element(s) differ from the contiguous decode (first %zu: %.9g vs %.9g)", pd.P, what, nbad, first,
+             got[first], want[first]);
+  return nbad == 0;
+}
+
+// Batch invariance (split_tokens fixed at 512): the batch's outputs equal each sequence decoded alone, bit for bit.
+bool paged_batch_invariant(Ctx& ctx, const PagedDev& pd, const DevBuf& dq, const DevBuf& dlen, int hq, int mx, double scale,
+                           const oscar_decode_options* o) {
+  const int split = 512;
+  const size_t wsf = oscar_cov_paged_workspace_bytes(pd.B, hq, pd.H, pd.D, mx, split), row = size_t(hq) * pd.D;
+  DevBuf dwf, dbat, done;
+  if (!dwf.alloc(ctx, wsf, "workspace") || !dbat.alloc(ctx, size_t(pd.B) * row * 4, "out") || !done.alloc(ctx, row * 4, "out")) return false;
+  oscar_error err{};
+  const oscar_paged_batch fb = pd.batch(dlen, split);
+  if (!ctx.ok(oscar_cov_paged_decode(&pd.pc, o, &fb, dq.p, hq, mx, float(scale), dbat.as<float>(), dwf.p, wsf, nullptr, &err), err,
+              "batch decode, split_tokens 512"))
+    return false;
+  const std::vector<float> all = download<float>(ctx, dbat.p, size_t(pd.B) * row, "out");
+  size_t diff = 0;
+  for (int b = 0; b < pd.B; ++b) {
+    oscar_paged_batch one = fb;
+    one.num_seqs = 1;
+    one.seq_lens = dlen.as<int32_t>() + b;
+    one.block_table = pd.bt.as<int32_t>() + size_t(b) * pd.per_seq;
+    one.window_slot = pd.slots.as<int32_t>() + b;
+    const uint16_t* qb = dq.as<uint16_t>() + size_t(b) * row;
+    if (!ctx.ok(oscar_cov_paged_decode(&pd.pc, o, &one, qb, hq, mx, float(scale), done.as<float>(), dwf.p, wsf, nullptr, &err), err,
+                "one-sequence decode") ||
+        !ctx.cuda(cudaDeviceSynchronize(), "decode sync"))
+      return false;
+    const std::vector<float> one_out = download<float>(ctx, done.p, row, "out");
+    diff += std::memcmp(one_out.data(), &all[size_t(b) * row], row * 4) != 0;
+  }
+  ++ctx.checks;
+  if (diff) ctx.fail("split_tokens 512: %zu of %d sequences decode to other bits alone than in the batch", diff, pd.B);
+  return diff == 0;
+}
+
+// Sink logits on the scale of the scores for query heads [0, hq): N(2, 1), uploaded.
+bool paged_sinks(Ctx& ctx, const Case& c, DevBuf& d) {
+  std::mt19937 rng(seed_of(c) + 91);
+  std::normal_distribution<float> nd(2.f, 1.f);
+  std::vector<float> sinks(size_t(c.shape.hq));
+  for (float& x : sinks) x = nd(rng);
+  return d.upload(ctx, sinks, "sinks");
+}
+
+// Two variants: pages of 64 tokens and no rotation; pages of 256 tokens and a per-head matrix rotation. Each: the cache
+// against the contiguous one, the decode bit for bit (plain or rotated, then with soft-capping and sink logits added to
+// the options), batch invariance at split_tokens 512, and (unrotated) the decode bound against float64 attention.
+void op_paged(Ctx& ctx, const Case& c) {
+  const Shape& s = c.shape;
+  const int T = max_len(s), B = int(s.lens.size()), D = s.head_dim, H = s.hkv;
+  const double scale = 1.0 / std::sqrt(double(D));
+  const twins::Inputs in = twins::make_inputs(s.profile, B, s.hq, H, T, D, seed_of(c));
+  std::string info;
+  for (int variant = 0; variant < 2; ++variant) {
+    const bool rotated = variant == 1;
+    const rotate_twin::Rotation rt = rotate_twin::make(OSCAR_ROTATION_MATRIX, 1, H, D, seed_of(c) + 5);
+    DevBuf dk, dv, dl, dq, drk, drv, dlen, dsinks;
+    if (!dk.upload(ctx, in.k.x, "k") || !dv.upload(ctx, in.v.x, "v") || !dq.upload(ctx, in.q, "q") || !dl.alloc(ctx, size_t(B) * 4, "lens") ||
+        !drk.upload(ctx, rt.key, "R_K") || !drv.upload(ctx, rt.value, "R_V") || !paged_sinks(ctx, c, dsinks))
+      return;
+    const oscar_rotation rot = rotated ? oscar_rotation{OSCAR_ROTATION_MATRIX, 1, drk.as<float>(), drv.as<float>()} : oscar_rotation{};
+    const oscar_write_options wo{rot};
+    DevCache<CovFmt> dc;
+    PagedDev pd;
+    std::vector<int> cur, now;
+    if (!dc.create(ctx, B, H, D, c.bits, T) || !fill(ctx, dc, in, dk, dv, dl, s.lens, s.appends, cur, rotated ? &rot : nullptr) ||
+        !pd.create(ctx, c, T, rotated ? 256 : 64) || !paged_fill(ctx, pd, in, s, rotated ? &wo : nullptr, now))
+      return;
+    const int64_t live = paged_same_as_contiguous(ctx, pd, dc, c.bits, T, now);
+    const int mx = std::max(1, *std::max_element(cur.begin(), cur.end()));
+    const oscar_decode_options plain{rot, 0.f, nullptr}, logits{rot, 2.f, dsinks.as<float>()};
+    std::vector<float> got, got_logits;
+    if (live < 0 || !dlen.upload(ctx, now, "lens") ||
+        !paged_decode_matches(ctx, pd, dc, dq, dl, dlen, s.hq, mx, scale, rotated ? &plain : nullptr, rotated ? "rotated" : "plain", got) ||
+        !paged_decode_matches(ctx, pd, dc, dq, dl, dlen, s.hq, mx, scale, &logits, "softcap + sinks", got_logits) ||
+        !paged_batch_invariant(ctx, pd, dq, dlen, s.hq, mx, scale, rotated ? &plain : nullptr))
+      return;
     // Unrotated: also within the decode bound of float64 attention over the twin (the rotated decode of the contiguous
     // cache, which the paged one equals bit for bit, is checked against the twin by op rotated).
     ctx.info.clear();
@@ -1025,7 +1073,8 @@ void op_paged(Ctx& ctx, const Case& c) {
       check_outputs(ctx, got, ref, cur, all_seqs(B), s.hq, D, kDecodeBound, "");
     }
     info += (info.empty() ? "" : "; ") + std::string(rotated ? "page 256, rotated: " : "page 64: ") + std::to_string(live) +
-            " live rows and the decode bit-exact with the contiguous cache, and alone as in the batch (split_tokens 512)" + (ctx.info.empty() ? "" : ", " + ctx.info);
+            " live rows and the decode (also with softcap and sinks) bit-exact with the contiguous cache, and alone as in the batch "
+            "(split_tokens 512)" + (ctx.info.empty() ? "" : ", " + ctx.info);
   }
   ctx.info = info;
 }
@@ -1254,7 +1303,8 @@ void api_cache(Ctx& ctx, const Case& c) {
     bad = g;
     bad.v_recent = nullptr;
     ctx.rejects(F::append(bad, k, dv.p, l, 10, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "append null v_recent");
-    ctx.rejects(oscar_cov_prefill(nullptr, k, dv.p, l, T, nullptr, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "prefill null cache");
+    ctx.rejects(oscar_cov_prefill_plain(nullptr, k, dv.p, l, T, nullptr, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr,
+                "prefill null cache");
     Dev x{};
     ctx.rejects(oscar_cov_cache_create(nullptr, B, H, D, c.bits, 64, 256, T, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr,
                 "create null cache");
@@ -1271,7 +1321,8 @@ void api_cache(Ctx& ctx, const Case& c) {
     bad = g;
     bad.v_params = static_cast<char*>(bad.v_params) + 4;
     ctx.rejects(decode(bad, dq.p, Hq, l, T, dout.as<float>(), ws), OSCAR_ERR_MISALIGNED, err, nullptr, "decode misaligned v_params");
-    ctx.rejects(oscar_omni_prefill(nullptr, k, dv.p, l, T, nullptr, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "prefill null cache");
+    ctx.rejects(oscar_omni_prefill_plain(nullptr, k, dv.p, l, T, nullptr, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr,
+                "prefill null cache");
     ctx.rejects(oscar_omni_cache_create(nullptr, B, H, D, c.bits, T, &err), OSCAR_ERR_INVALID_ARGUMENT, err, nullptr, "create null cache");
     bytes_match_impl(ctx, oscar_omni_cache_bytes(B, H, D, c.bits, T), oscar::omnifmt::layout(B, H, D, c.bits, T).total_bytes(),
                     oscar_omni_cache_bytes(B, H, D, 3, T));
@@ -1346,12 +1397,14 @@ void usage(const char* argv0) {
       argv0);
 }
 
-}  // namespace
-
-// The driver (called by gpu_test_ops.cu's main).
-int gpu_test_ops_main(int argc, char** argv) {
+// The command line's selection.
+struct Selection {
   std::vector<std::string> ops, fmts, bits, shapes;
   bool slow = false, list = false;
+};
+
+// Reads the arguments into `sel` (and the long-split and real-dump settings); -1 to go on, else the exit status.
+int parse_args(int argc, char** argv, Selection& sel) {
   if (const char* e = std::getenv("OSCAR_REAL_DUMP")) g_real_dump = e;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -1362,12 +1415,12 @@ int gpu_test_ops_main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "-o") ops = split(value());
-    else if (a == "-f") fmts = split(value());
-    else if (a == "-b") bits = split(value());
-    else if (a == "-s") shapes = split(value());
-    else if (a == "--slow") slow = true;
-    else if (a == "--list") list = true;
+    if (a == "-o") sel.ops = split(value());
+    else if (a == "-f") sel.fmts = split(value());
+    else if (a == "-b") sel.bits = split(value());
+    else if (a == "-s") sel.shapes = split(value());
+    else if (a == "--slow") sel.slow = true;
+    else if (a == "--list") sel.list = true;
     else if (a == "--long-batch") g_long_batch = std::atoi(value().c_str());
     else if (a == "--long-len") g_long_len = std::atoi(value().c_str());
     else if (a == "--real-dump") g_real_dump = value();
@@ -1380,45 +1433,46 @@ int gpu_test_ops_main(int argc, char** argv) {
       return 2;
     }
   }
+  return -1;
+}
+
+// The selection's values checked; 0 when valid, else 2 (bad usage, said on stderr).
+int check_selection(const Selection& sel) {
   if (g_long_batch < 1 || g_long_len < 1) {
     std::fprintf(stderr, "gpu_test_ops: --long-batch and --long-len must be positive\n");
     return 2;
   }
-  for (const std::string& o : ops)
+  for (const std::string& o : sel.ops)
     if (!listed({"fwht", "prefill", "append", "decode", "long", "real", "api", "rotated", "logits", "paged"}, o)) {
       std::fprintf(stderr, "gpu_test_ops: unknown op %s (see --help)\n", o.c_str());
       return 2;
     }
-  for (const std::string& f : fmts)
+  for (const std::string& f : sel.fmts)
     if (!listed({"cov", "omni", "bf16", "-"}, f)) {
       std::fprintf(stderr, "gpu_test_ops: unknown format %s (see --help)\n", f.c_str());
       return 2;
     }
-  const bool long_named = std::find(ops.begin(), ops.end(), "long") != ops.end();
-  std::vector<Case> sel;
+  return 0;
+}
+
+std::vector<Case> selected_cases(const Selection& sel) {
+  const bool long_named = std::find(sel.ops.begin(), sel.ops.end(), "long") != sel.ops.end();
+  std::vector<Case> out;
   for (const Case& c : build_table()) {
-    if (!listed(ops, op_name(c.op)) || !listed(fmts, fmt_name(c.fmt)) || !listed(bits, std::to_string(c.bits))) continue;
-    if (c.shape.slow && !slow && !long_named) continue;
-    if (!shapes.empty() &&
-        std::none_of(shapes.begin(), shapes.end(), [&](const std::string& x) { return c.shape.name.find(x) != std::string::npos; }))
+    if (!listed(sel.ops, op_name(c.op)) || !listed(sel.fmts, fmt_name(c.fmt)) || !listed(sel.bits, std::to_string(c.bits))) continue;
+    if (c.shape.slow && !sel.slow && !long_named) continue;
+    if (!sel.shapes.empty() && std::none_of(sel.shapes.begin(), sel.shapes.end(),
+                                            [&](const std::string& x) { return c.shape.name.find(x) != std::string::npos; }))
       continue;
-    sel.push_back(c);
+    out.push_back(c);
   }
-  if (list) {
-    for (const Case& c : sel) std::printf("%s%s\n", c.name().c_str(), c.shape.slow ? "  [slow]" : "");
-    std::printf("%zu case(s)\n", sel.size());
-    return 0;
-  }
-  if (sel.empty()) {
-    std::fprintf(stderr, "gpu_test_ops: no case matches the selection (see --list)\n");
-    return 2;
-  }
-  if (oscar_device_count() == 0) {
-    std::printf("SKIPPED: no CUDA device visible; run the GPU tests on a GPU machine (ctest -L gpu)\n");
-    return 77;
-  }
+  return out;
+}
+
+// Runs the cases, one line each; the exit status: 1 a case failed, 0 one passed, 77 every one skipped.
+int run_cases(const std::vector<Case>& cases) {
   int passed = 0, failed = 0, skipped = 0;
-  for (const Case& c : sel) {
+  for (const Case& c : cases) {
     Ctx ctx;
     const auto t0 = std::chrono::steady_clock::now();
     try {
@@ -1437,4 +1491,28 @@ int gpu_test_ops_main(int argc, char** argv) {
   }
   std::printf("%s: %d passed, %d failed, %d skipped\n", failed ? "FAILED" : passed ? "PASSED" : "SKIPPED", passed, failed, skipped);
   return failed ? 1 : passed ? 0 : 77;
+}
+
+}  // namespace
+
+// The driver (called by gpu_test_ops.cu's main).
+int gpu_test_ops_main(int argc, char** argv) {
+  Selection sel;
+  if (const int rc = parse_args(argc, argv, sel); rc >= 0) return rc;
+  if (const int rc = check_selection(sel); rc != 0) return rc;
+  const std::vector<Case> cases = selected_cases(sel);
+  if (sel.list) {
+    for (const Case& c : cases) std::printf("%s%s\n", c.name().c_str(), c.shape.slow ? "  [slow]" : "");
+    std::printf("%zu case(s)\n", cases.size());
+    return 0;
+  }
+  if (cases.empty()) {
+    std::fprintf(stderr, "gpu_test_ops: no case matches the selection (see --list)\n");
+    return 2;
+  }
+  if (oscar_device_count() == 0) {
+    std::printf("SKIPPED: no CUDA device visible; run the GPU tests on a GPU machine (ctest -L gpu)\n");
+    return 77;
+  }
+  return run_cases(cases);
 }

@@ -137,7 +137,7 @@ def main():
     # the C library's own refusal, with its message: a rotation matrix pointer that is not 16-byte aligned
     c = oscar_kv.OmniKvCache(1, 2, 128, 2, 256, 8)
     try:
-        c.lib.call("oscar_omni_decode", oscar_kv._capi.C.byref(c._c), 1, 8, c.seq_lens.data_ptr(), 10, 0.1, 0, 0, 0, None)
+        c.lib.call("oscar_omni_decode", oscar_kv._capi.C.byref(c._c), None, 1, 8, c.seq_lens.data_ptr(), 10, 0.1, 0, 0, 0, None)
         check(False, "C errors: no OscarError")
     except oscar_kv.OscarError as e:
         check(bool(e.message) and e.status_name.startswith("OSCAR_ERR"), f"C error carried: {e}")

@@ -4,7 +4,7 @@
 Checks, on any machine: oscar_cov_cache_bytes / oscar_omni_cache_bytes equal the format units' layouts
 written out here independently (cov_format.h, omni_format.h: every array rounded up to 16 bytes), bad shapes
 give 0 bytes and raise OscarError with the C message on create, a bad oscar_fwht_bf16 call raises with its
-message; without a GPU, creating a cache raises OscarError(OSCAR_ERR_NO_DEVICE) carrying the C message; with
+message, the options structs (WriteOptions, DecodeOptions) reach the library field for field (each bad field named); without a GPU, creating a cache raises OscarError(OSCAR_ERR_NO_DEVICE) carrying the C message; with
 one, the created caches carry the layout's body capacity. Exit 0 passed, 1 failed, 77 skipped (library not
 built). LIB defaults to OSCAR_KERNELS_LIB, else build/kernels/liboscar_kernels.so of this checkout.
 """
@@ -55,6 +55,38 @@ def omni_bytes(batch, hkv, hd, bits, cap):  # omnifmt::layout
     return sum(r16(a) for a in arrays), body
 
 
+def check_options(lib, codes):
+    """The options structs as the library reads them: a cache struct over host memory (never dereferenced: every call
+    fails its checks first) and options whose one bad field the message must name, so a field at the wrong offset fails."""
+    buf = (C.c_uint8 * 8192)()
+    base = (C.addressof(buf) + 255) // 256 * 256
+    c = oscar_kv.CovCache(batch=2, num_kv_heads=2, head_dim=128, bits=2, sink=64, recent=256, body_capacity=1000, clip_k=0.96,
+                          clip_v=0.92, clip_mode=1, rounding=1)
+    for i, (name, _) in enumerate(oscar_kv.CovCache._fields_[11:19]):
+        setattr(c, name, base + 256 * i)
+    k, v, lens, q, out, ws = (base + 256 * i for i in range(8, 14))
+    wsb = lib.decode_workspace_bytes(2, 8, 2, 128, 100, 1)
+    bad = codes["OSCAR_ERR_INVALID_ARGUMENT"]
+
+    def decode(opts):
+        lib.call("oscar_cov_decode", C.byref(c), opts, q, 8, lens, 100, 1.0, out, ws, wsb, None)
+
+    def prefill(opts):
+        lib.call("oscar_cov_prefill", C.byref(c), opts, k, v, lens, 10, None)
+
+    expect_error(lambda: decode(C.byref(oscar_kv.DecodeOptions(softcap=float("nan")))), bad, "oscar_cov_decode: options->softcap=nan",
+                 "decode options: softcap")
+    expect_error(lambda: decode(C.byref(oscar_kv.DecodeOptions(sinks=base + 2))), codes["OSCAR_ERR_MISALIGNED"],
+                 "oscar_cov_decode: options->sinks", "decode options: sinks")
+    rot = oscar_kv.Rotation(kind=oscar_kv.ROTATION_MATRIX, per_head=2, key=base, value=base)
+    expect_error(lambda: decode(C.byref(oscar_kv.DecodeOptions(rotation=rot))), bad, "options->rotation.per_head=2",
+                 "decode options: rotation")
+    expect_error(lambda: prefill(C.byref(oscar_kv.WriteOptions(rotation=oscar_kv.Rotation(kind=7)))), bad,
+                 "oscar_cov_prefill: options->rotation.kind=7", "write options: rotation")
+    expect_error(lambda: lib.call("oscar_cov_prefill", C.byref(c), None, k, v, lens, 1321, None), bad, "exceeds the cache capacity 1320",
+                 "plain prefill past the capacity")
+
+
 def main():
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else oscar_kv.default_library_path()
     if not path.is_file():
@@ -103,8 +135,9 @@ def main():
                  "recent=0", "cov create recent=0")
     expect_error(lambda: lib.call("oscar_fwht_bf16", 4096, 4, 96, 1, None), codes["OSCAR_ERR_UNSUPPORTED"],
                  "oscar_fwht_bf16: head_dim=96", "fwht_bf16 head_dim=96")
-    expect_error(lambda: lib.call("oscar_cov_prefill", None, None, None, None, 1, None), codes["OSCAR_ERR_INVALID_ARGUMENT"],
+    expect_error(lambda: lib.call("oscar_cov_prefill", None, None, None, None, None, 1, None), codes["OSCAR_ERR_INVALID_ARGUMENT"],
                  "cache is NULL", "cov prefill NULL cache")
+    check_options(lib, codes)
 
     if lib.device_count() == 0:
         e = expect_error(lambda: lib.cov_cache_create(2, 8, 128, 2, 4096), codes["OSCAR_ERR_NO_DEVICE"],
@@ -118,7 +151,7 @@ def main():
         try:
             check(c.body_capacity == 4096 - 320 and c.sink == 64 and c.recent == 256 and abs(c.clip_k - 0.96) < 1e-6,
                   f"cov cache fields {c.body_capacity} {c.sink} {c.recent} {c.clip_k}")
-            check(all(getattr(c, n) % 16 == 0 for n, _ in oscar_kv.CovCache._fields_[9:]), "cov arrays 16-byte aligned")
+            check(all(getattr(c, n) % 16 == 0 for n, _ in oscar_kv.CovCache._fields_[11:]), "cov arrays 16-byte aligned")
             check(lib.oscar_cov_capacity(C.byref(c)) == 4096, "cov capacity")
         finally:
             lib.cov_cache_destroy(c)

@@ -5,9 +5,10 @@ pool of random bytes, the recent ring), against a decoder written from kernels/i
 (2-bit codes little-endian, channel 4k in byte k's lowest bits; 4-bit low nibble first; x = code * scale + zero, fp16
 scale and zero); and OscarCovImpl._attend's torch fallback (used where vLLM has no flash-attn build) against a
 naive causal softmax, for a continued prefill, a one-token one and a fresh one, with 4 query heads per KV head.
-The GPU path (FlashAttention) is checked in the engine (experiments/device/vllm_plugin_check.py). Exit 0 passed,
-1 failed, 77 without torch."""
+The page layout comes from the kernel library LIB (oscar_kv.paged reads it there). The GPU path (FlashAttention) is
+checked in the engine (experiments/device/vllm_plugin_check.py). Exit 0 passed, 1 failed, 77 without torch or LIB."""
 import dataclasses
+import os
 import struct
 import sys
 import types
@@ -75,6 +76,11 @@ def reference_row(pool, lay, page, off, h, value):
 
 
 def main():
+    lib_path = Path(sys.argv[1]) if len(sys.argv) > 1 else None
+    if lib_path is None or not lib_path.is_file():
+        print(f"SKIPPED: the kernel library {lib_path} is not built (the page layout comes from it)")
+        return 77
+    os.environ["OSCAR_KERNELS_LIB"] = str(lib_path)
     stub_vllm()
     sys.path.insert(0, str(ROOT / "kernels" / "python"))
     from oscar_kv import paged

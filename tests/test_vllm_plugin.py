@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """test_vllm_plugin.py LIB: the vLLM plugin's parts that need neither vLLM nor a GPU.
 
-oscar_kv.paged's page and window-slot sizes against the C library's (oscar_cov_paged_page_bytes / _window_bytes, the
-formulas of cov_paged_format.h) for every compiled head_dim and bit width and several page sizes, and against the
-design's Llama-3-8B table (kernels/SERVING_ENGINES.md: 147,456 B pages, 7.11x BF16); slot and code-address arithmetic;
+oscar_kv.paged's layout, read from the C library (oscar_cov_paged_layout_of), against the layout of cov_paged_format.h
+written out here independently (sizes and region offsets) for every compiled head_dim and bit width and several page
+sizes, and against the design's Llama-3-8B table (kernels/SERVING_ENGINES.md: 147,456 B pages, 7.11x BF16); the shapes
+the library refuses (a message naming the field); slot and code-address arithmetic;
 the version check (0.26.x only) and the refusals (MLA, sliding windows, head_dim, fp16, ALiBi, prefix caching,
 speculative decoding, page sizes), each one line naming the fix; `import oscar_kv.vllm` without vLLM raises one
 ImportError line; pip install's build carries oscar_kv/vllm and registers the `vllm.general_plugins` entry point;
@@ -11,6 +12,7 @@ experiments/device/vllm_loss_check.py reads oscar-eval's eval.json (and refuses 
 experiments/vllm_bench.py's table (ratios, targets, the share in low bits, kernel kinds) from a made-up run;
 vllm_plugin_check.py refuses an unknown OSCAR_CHECK_RUNS name. Exit 0 passed, 1 failed, 77 library not built.
 """
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,33 +39,45 @@ def refuses(fn, needle, what):
     check(False, f"{what}: accepted")
 
 
-def main():
-    lib_path = Path(sys.argv[1]) if len(sys.argv) > 1 else None
-    if lib_path is None or not lib_path.is_file():
-        print(f"SKIPPED: the kernel library {lib_path} is not built")
-        return 77
-    from oscar_kv import _capi, paged
-    lib = _capi.load(lib_path)
-
-    # Sizes: the Python layout against the C formulas.
+def check_layouts(lib, _capi, paged):
+    """The layout the library gives (through oscar_kv.paged) against cov_paged_format.h's words, and the shapes it refuses;
+    returns the number of layouts compared."""
     n = 0
     for hd in paged.HEAD_DIMS:
         for bits in (2, 4):
             for P in (64, 256, 512):
                 for h in (1, 3, 8):
                     lay = paged.PagedLayout(h, hd, bits, P)
-                    c = lib.oscar_cov_paged_page_bytes(P, h, hd, bits)
-                    check(c == lay.page_bytes, f"page bytes P={P} Hkv={h} D={hd} bits={bits}: C {c}, Python {lay.page_bytes}")
-                    w = lib.oscar_cov_paged_window_bytes(h, hd, paged.SINK, paged.RECENT)
-                    check(w == lay.window_slot_bytes, f"window bytes Hkv={h} D={hd}: C {w}, Python {lay.window_slot_bytes}")
+                    cb = hd * bits // 8
+                    want = dict(code_bytes=cb, param_bytes=4, token_bytes=2 * (cb + 4), region_bytes=P * 2 * (cb + 4),
+                                page_bytes=h * P * 2 * (cb + 4), window_slot_bytes=h * (paged.SINK + paged.RECENT) * 4 * hd)
+                    got = {k: getattr(lay, k) for k in want}
+                    check(got == want, f"layout P={P} Hkv={h} D={hd} bits={bits}: library {got}, cov_paged_format.h {want}")
+                    check(lay.offsets() == (0, P * cb, 2 * P * cb, 2 * P * cb + 4 * P), f"region offsets P={P} D={hd} bits={bits}")
                     n += 1
+    for bad, needle in (((100, 8, 128, 2), "page_tokens=100"), ((256, 8, 96, 2), "head_dim=96 bits=2"), ((256, 0, 128, 2), "num_kv_heads=0"),
+                        ((256, 8, 128, 3), "head_dim=128 bits=3")):
+        try:
+            lib.cov_paged_layout(*bad)
+            check(False, f"oscar_cov_paged_layout_of{bad} must be refused")
+        except _capi.OscarError as e:
+            check("oscar_cov_paged_layout_of: " + needle in e.message, f"oscar_cov_paged_layout_of{bad}: {e.message!r} lacks {needle!r}")
+    try:
+        lib.cov_paged_layout(256, 8, 128, 2, sink=32)
+        check(False, "a sink of 32 tokens must be refused")
+    except _capi.OscarError as e:
+        check("sink=32" in e.message, f"sink=32: {e.message!r}")
+    return n
+
+
+def check_splits(lib, paged):
+    """The paged decode's workspace and the engine's fixed decode split (from max_model_len or the environment)."""
     ws0 = lib.oscar_decode_workspace_bytes(16, 32, 8, 128, 32768, 1)
     ws = lib.oscar_cov_paged_workspace_bytes(16, 32, 8, 128, 32768, paged.DECODE_SPLIT_TOKENS)
     need = 16 * 8 * (-(-32768 // paged.DECODE_SPLIT_TOKENS) + 1) * 8 * (128 + 2) * 4  # partials of the fixed plan
     check(ws >= need and lib.oscar_cov_paged_workspace_bytes(16, 32, 8, 128, 32768, 0) == ws0,
           f"paged decode workspace {ws} < {need} (fixed splits), or split 0 != oscar_decode_workspace_bytes {ws0}")
     check(lib.oscar_cov_paged_workspace_bytes(16, 32, 8, 128, 32768, 100) == 0, "split_tokens 100 must give 0")
-    # The engine's fixed decode split: from max_model_len, or the environment's (a multiple of the kernels' granule).
     for mml, env, want in ((8192, {}, 2048), (65535, {}, 2048), (65536, {}, 4096), (101024, {}, 4096),
                            (101024, {paged.SPLIT_ENV: "8192"}, 8192), (2048, {paged.SPLIT_ENV: " 256 "}, 256)):
         got = paged.decode_split_tokens(mml, env)
@@ -72,9 +86,10 @@ def main():
     for bad in ("100", "0", "-256", "4k", "4096.0"):
         refuses(lambda: paged.decode_split_tokens(101024, {paged.SPLIT_ENV: bad}), f"{paged.SPLIT_ENV}={bad}: the decode split must be",
                 f"{paged.SPLIT_ENV}={bad}")
-    check(lib.oscar_cov_paged_page_bytes(100, 8, 128, 2) == 0, "a page of 100 tokens must be refused by the C sizes (0)")
-    check(lib.oscar_cov_paged_page_bytes(256, 8, 96, 2) == 0, "head_dim 96 must be refused by the C sizes (0)")
-    # The design's Llama-3-8B numbers (8 KV heads, head_dim 128, P = 256).
+
+
+def check_arithmetic(paged):
+    """The design's Llama-3-8B numbers (8 KV heads, head_dim 128, P = 256), slots and code addresses."""
     l8 = paged.PagedLayout(8, 128, 2, 256)
     check(l8.page_bytes == 147456 and paged.PagedLayout(8, 128, 4, 256).page_bytes == 278528,
           f"Llama-3-8B page bytes {l8.page_bytes}, want 147,456 (INT2) and 278,528 (INT4)")
@@ -92,7 +107,10 @@ def main():
         check(False, "an offset past the page must be refused")
     except ValueError:
         pass
-    # Refusals.
+
+
+def check_refusals(paged):
+    """The version check and the refusals of what the paged kernels cannot serve, each one line naming the fix."""
     for ok in ("0.26.0", "0.26.3"):
         try:
             paged.check_vllm_version(ok)
@@ -111,7 +129,11 @@ def main():
     refuses(lambda: paged.PagedLayout(8, 128, 3, 256), "2- or 4-bit", "3 bits")
     paged.check_layer(64, "bfloat16")
     paged.check_engine(False, False, 16)
-    # Importing the plugin without vLLM: one ImportError line.
+
+
+def check_import_and_packaging(lib_path):
+    """Importing the plugin without vLLM is one ImportError line; pip install's build carries the plugin subpackage and
+    the metadata names vLLM's entry point."""
     code = ("import sys; sys.modules['vllm'] = None; sys.path.insert(0, %r)\n"
             "try:\n import oscar_kv.vllm\nexcept ImportError as e:\n print('IMPORT-ERROR', e)\n" % str(ROOT / "kernels" / "python"))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -124,7 +146,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as src:
         shutil.copytree(ROOT / "kernels" / "python", src, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-        env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OSCAR_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OSCAR_")}
         env["OSCAR_BUILD"] = str(lib_path.resolve().parent.parent)
         r = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", tmp, "egg_info", "--egg-base", tmp],
                            capture_output=True, text=True, cwd=src, env=env)
@@ -133,88 +155,130 @@ def main():
         check(r.returncode == 0 and (Path(tmp) / "oscar_kv" / "vllm" / "backend.py").is_file() and
               "[vllm.general_plugins]" in text and "oscar_kv.vllm.plugin:register" in text,
               f"setup.py build_py / egg_info: rc {r.returncode}, entry points {text!r}, {r.stderr[-300:]!r}")
-    # the engine loss check reads oscar-eval's eval.json (passage ids, greedy ids): its reader, and its refusal of an old file
-    import contextlib
+
+
+def load_loss_check():
     import importlib.util
-    import io
-    import json
-    import tempfile
     spec = importlib.util.spec_from_file_location("vllm_loss_check", ROOT / "experiments" / "device" / "vllm_loss_check.py")
     vlc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(vlc)
-    ev = {"passage": "p", "passage_ids": [1, 5, 6, 7], "greedy_context_ids": [1, 9, 9],
-          "rows": [{"recipe": "fp16", "loss": 2.5, "dloss": {"mean": 0.0, "lo": 0, "hi": 0}, "quantized_share": None},
-                   {"recipe": "oscar-cov@2", "loss": 2.6, "dloss": {"mean": 0.125, "lo": 0.1, "hi": 0.15}, "quantized_share": 0.55}],
-          "greedy": [{"recipe": "full precision (fp32)", "ids": [3, 4], "generated": 2},
-                     {"recipe": "fp16", "ids": [3, 4], "generated": 2}, {"recipe": "oscar-cov@2", "ids": [3, 8], "generated": 2}]}
+    return vlc
+
+
+def loss_check_eval():
+    """A made-up oscar-eval eval.json: passage ids, one oscar-cov@2 row, greedy continuations."""
+    return {"passage": "p", "passage_ids": [1, 5, 6, 7], "greedy_context_ids": [1, 9, 9],
+            "rows": [{"recipe": "fp16", "loss": 2.5, "dloss": {"mean": 0.0, "lo": 0, "hi": 0}, "quantized_share": None},
+                     {"recipe": "oscar-cov@2", "loss": 2.6, "dloss": {"mean": 0.125, "lo": 0.1, "hi": 0.15}, "quantized_share": 0.55}],
+            "greedy": [{"recipe": "full precision (fp32)", "ids": [3, 4], "generated": 2},
+                       {"recipe": "fp16", "ids": [3, 4], "generated": 2}, {"recipe": "oscar-cov@2", "ids": [3, 8], "generated": 2}]}
+
+
+def check_loss_reader(vlc, ev, tmp):
+    """vllm_loss_check reads eval.json (passage ids, greedy ids) and refuses an old, truncated or missing file in one
+    line; returns the good file."""
+    import contextlib
+    import io
+    import json
+    good, old = Path(tmp) / "e.json", Path(tmp) / "old.json"
+    good.write_text(json.dumps(ev))
+    old.write_text(json.dumps({k: v for k, v in ev.items() if k != "passage_ids"}))
+    c = vlc.cases_of([str(good)])
+    p0, g0 = c["passages"][0], c["greedy"][0]
+    check(p0["ids"] == [1, 5, 6, 7] and abs(p0["oe_loss_fp32"] - 2.475) < 1e-12 and p0["oe_dloss"] == 0.125 and
+          g0["context_ids"] == [1, 9, 9] and g0["oe_q"] == [3, 8] and g0["oe_fp32"] == [3, 4] and g0["generate"] == 2,
+          f"vllm_loss_check.cases_of: {c}")
+    truncated = Path(tmp) / "cut.json"
+    truncated.write_text(json.dumps(ev)[:200])
+    for bad, needle in ((old, "no passage_ids"), (truncated, "cannot read"), (Path(tmp) / "missing.json", "cannot read")):
+        r = subprocess.run([sys.executable, "-c", "import importlib.util as u, sys; s = u.spec_from_file_location('m', sys.argv[1]); "
+                            "m = u.module_from_spec(s); s.loader.exec_module(m); m.cases_of([sys.argv[2]])",
+                            str(ROOT / "experiments" / "device" / "vllm_loss_check.py"), str(bad)], capture_output=True, text=True)
+        check(r.returncode != 0 and needle in r.stderr and str(bad) in r.stderr and r.stderr.count("\n") == 1,
+              f"vllm_loss_check on {bad.name}: rc {r.returncode}, {r.stderr!r}")
+    try:  # --bits 4 needs oscar-eval's oscar-cov@4 row
+        with contextlib.redirect_stderr(io.StringIO()):
+            vlc.cases_of([str(good)], 4)
+        check(False, "vllm_loss_check.cases_of(bits 4) accepted an eval.json without an oscar-cov@4 row")
+    except SystemExit as e:
+        check("no oscar-cov@4 row" in str(e.code) and "--bits 4" in str(e.code), f"vllm_loss_check bits 4 refusal: {e.code!r}")
+    ev4 = json.loads(json.dumps(ev))
+    ev4["rows"][1]["recipe"], ev4["greedy"][2]["recipe"] = "oscar-cov@4", "oscar-cov@4"
+    four = Path(tmp) / "e4.json"
+    four.write_text(json.dumps(ev4))
+    c4 = vlc.cases_of([str(four)], 4)
+    check(c4["passages"][0]["oe_dloss"] == 0.125 and c4["greedy"][0]["oe_q"] == [3, 8], f"vllm_loss_check.cases_of(bits 4): {c4}")
+    check(vlc.shared_prefix([1, 2, 3], [1, 2, 4]) == 2 and vlc.shared_prefix([1], [1]) == 1, "shared_prefix")
+    return good
+
+
+def loss_verdict(vlc, good, tmp, d_int2, d_broken):
+    """vllm_loss_check's exit code and loss.json with the engine's runs faked: the int2 run d_int2 above fp16, the broken
+    cache d_broken above."""
+    import contextlib
+    import io
+    import json
+
+    def run(loss):
+        return {"passages": [{"forced_ok": True, "loss": loss, "predictions": 3, "argmax": [5, 6, 1]}],
+                "greedy": [{"forced_ok": True, "ids": [3, 8]}]}
+    runs = {"auto": run(2.5), "graphs": run(2.5 + d_int2), "broken": run(2.5 + d_broken)}
+
+    class Done:
+        def __init__(self, mode):
+            self.returncode, self.stdout, self.stderr = 0, "RESULT " + json.dumps(runs[mode]) + "\n", ""
+
+    def fake_run(cmd, **kw):
+        return Done("auto" if cmd[4] == "auto" else cmd[5])
+    real, argv = vlc.subprocess.run, sys.argv
+    vlc.subprocess.run, sys.argv = fake_run, ["vllm_loss_check.py", str(Path(tmp) / "out"), "MODEL", str(good)]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            vlc.main()
+        rc = 0
+    except SystemExit as e:
+        rc = e.code
+    finally:
+        vlc.subprocess.run, sys.argv = real, argv
+    return rc, json.loads((Path(tmp) / "out" / "loss.json").read_text())
+
+
+def check_loss_check():
+    """The engine loss check: its reader of oscar-eval's eval.json, and its verdict: within 0.02 and the broken cache
+    caught passes; an engine Δloss 0.05 off, or a broken cache that looks right, fails (the check can fail)."""
+    import json
+    import tempfile
+    vlc, ev = load_loss_check(), loss_check_eval()
     with tempfile.TemporaryDirectory() as tmp:
-        good, old = Path(tmp) / "e.json", Path(tmp) / "old.json"
-        good.write_text(json.dumps(ev))
-        old.write_text(json.dumps({k: v for k, v in ev.items() if k != "passage_ids"}))
-        c = vlc.cases_of([str(good)])
-        p0, g0 = c["passages"][0], c["greedy"][0]
-        check(p0["ids"] == [1, 5, 6, 7] and abs(p0["oe_loss_fp32"] - 2.475) < 1e-12 and p0["oe_dloss"] == 0.125 and
-              g0["context_ids"] == [1, 9, 9] and g0["oe_q"] == [3, 8] and g0["oe_fp32"] == [3, 4] and g0["generate"] == 2,
-              f"vllm_loss_check.cases_of: {c}")
-        truncated = Path(tmp) / "cut.json"
-        truncated.write_text(json.dumps(ev)[:200])
-        for bad, needle in ((old, "no passage_ids"), (truncated, "cannot read"), (Path(tmp) / "missing.json", "cannot read")):
-            r = subprocess.run([sys.executable, "-c", "import importlib.util as u, sys; s = u.spec_from_file_location('m', sys.argv[1]); "
-                                "m = u.module_from_spec(s); s.loader.exec_module(m); m.cases_of([sys.argv[2]])",
-                                str(ROOT / "experiments" / "device" / "vllm_loss_check.py"), str(bad)], capture_output=True, text=True)
-            check(r.returncode != 0 and needle in r.stderr and str(bad) in r.stderr and r.stderr.count("\n") == 1,
-                  f"vllm_loss_check on {bad.name}: rc {r.returncode}, {r.stderr!r}")
-        try:  # --bits 4 needs oscar-eval's oscar-cov@4 row
-            with contextlib.redirect_stderr(io.StringIO()):
-                vlc.cases_of([str(good)], 4)
-            check(False, "vllm_loss_check.cases_of(bits 4) accepted an eval.json without an oscar-cov@4 row")
-        except SystemExit as e:
-            check("no oscar-cov@4 row" in str(e.code) and "--bits 4" in str(e.code), f"vllm_loss_check bits 4 refusal: {e.code!r}")
-        ev4 = json.loads(json.dumps(ev))
-        ev4["rows"][1]["recipe"], ev4["greedy"][2]["recipe"] = "oscar-cov@4", "oscar-cov@4"
-        four = Path(tmp) / "e4.json"
-        four.write_text(json.dumps(ev4))
-        c4 = vlc.cases_of([str(four)], 4)
-        check(c4["passages"][0]["oe_dloss"] == 0.125 and c4["greedy"][0]["oe_q"] == [3, 8], f"vllm_loss_check.cases_of(bits 4): {c4}")
-        check(vlc.shared_prefix([1, 2, 3], [1, 2, 4]) == 2 and vlc.shared_prefix([1], [1]) == 1, "shared_prefix")
-        # its verdict, with the engine's runs faked: within 0.02 and the broken cache caught passes; an engine Δloss
-        # 0.05 off, or a broken cache that looks right, fails (the check can fail)
+        good = check_loss_reader(vlc, ev, tmp)
         ev["fp32_argmax_ids"], ev["rows"][1]["argmax_ids"] = [5, 6, 0], [5, 6, 1]
         good.write_text(json.dumps(ev))
-
-        def verdict(d_int2, d_broken):
-            def run(loss):
-                return {"passages": [{"forced_ok": True, "loss": loss, "predictions": 3, "argmax": [5, 6, 1]}],
-                        "greedy": [{"forced_ok": True, "ids": [3, 8]}]}
-            runs = {"auto": run(2.5), "graphs": run(2.5 + d_int2), "broken": run(2.5 + d_broken)}
-
-            class Done:
-                def __init__(self, mode):
-                    self.returncode, self.stdout, self.stderr = 0, "RESULT " + json.dumps(runs[mode]) + "\n", ""
-
-            def fake_run(cmd, **kw):
-                return Done("auto" if cmd[4] == "auto" else cmd[5])
-            real, argv = vlc.subprocess.run, sys.argv
-            vlc.subprocess.run, sys.argv = fake_run, ["vllm_loss_check.py", str(Path(tmp) / "out"), "MODEL", str(good)]
-            try:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    vlc.main()
-                rc = 0
-            except SystemExit as e:
-                rc = e.code
-            finally:
-                vlc.subprocess.run, sys.argv = real, argv
-            return rc, json.loads((Path(tmp) / "out" / "loss.json").read_text())
-        rc, res = verdict(0.130, 2.3)
+        rc, res = loss_verdict(vlc, good, tmp, 0.130, 2.3)
         check(rc == 0 and res["within"] and res["broken_caught"] and abs(res["pooled_engine"] - 0.130) < 1e-9 and
               res["top1_agreement"]["vLLM int2 vs oscar-eval oscar-cov@2"] == 1.0, f"loss check verdict (good): rc {rc}, {res}")
-        rc, res = verdict(0.175, 2.3)
+        rc, res = loss_verdict(vlc, good, tmp, 0.175, 2.3)
         check(rc == 1 and not res["within"], f"loss check verdict (Δloss 0.05 off): rc {rc}")
-        rc, res = verdict(0.130, 0.126)
+        rc, res = loss_verdict(vlc, good, tmp, 0.130, 0.126)
         check(rc == 1 and not res["broken_caught"], f"loss check verdict (broken cache not caught): rc {rc}")
+
+
+def main():
+    lib_path = Path(sys.argv[1]) if len(sys.argv) > 1 else None
+    if lib_path is None or not lib_path.is_file():
+        print(f"SKIPPED: the kernel library {lib_path} is not built")
+        return 77
+    os.environ["OSCAR_KERNELS_LIB"] = str(lib_path)  # the library oscar_kv.paged reads its layout from
+    from oscar_kv import _capi, paged
+    lib = _capi.load(lib_path)
+    n = check_layouts(lib, _capi, paged)
+    check_splits(lib, paged)
+    check_arithmetic(paged)
+    check_refusals(paged)
+    check_import_and_packaging(lib_path)
+    check_loss_check()
     check_bench_table()
     check_plugin_check_runs()
-    print(f"{n} layouts against the C sizes; refusals, arithmetic, packaging, the loss check's reader and the serving "
+    print(f"{n} library layouts against cov_paged_format.h; refusals, arithmetic, packaging, the loss check's reader and the serving "
           f"table checked")
     if failures:
         print(f"FAILED: {len(failures)} check(s)")

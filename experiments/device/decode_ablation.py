@@ -91,12 +91,13 @@ def main():
                     for cc in caches:
                         cc.arrivals = None
                 for r in range(nrot):
-                    lib.call(f"oscar_{a.fmt}_prefill", C.byref(caches[r]), ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L, stream())
+                    lib.call(f"oscar_{a.fmt}_prefill", C.byref(caches[r]), None, ks[r].data_ptr(), vs[r].data_ptr(), lens.data_ptr(), L,
+                             stream())
 
             def decoder(lib, caches):
                 def dec(i):
-                    lib.call(f"oscar_{a.fmt}_decode", C.byref(caches[i % nrot]), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(),
-                             ws.data_ptr(), wsb, stream())
+                    lib.call(f"oscar_{a.fmt}_decode", C.byref(caches[i % nrot]), None, q.data_ptr(), hq, lens.data_ptr(), L, scale,
+                             out.data_ptr(), ws.data_ptr(), wsb, stream())
                 return dec
             decs = [decoder(lib, caches) for _, lib, caches, _ in made]
             # Graph times: every variant once per pass, the best of the passes (the first variant timed at a shape

@@ -37,8 +37,8 @@ def decode(lib, kind, k, v, q, L, bits):
     if kind == "cov":
         c = lib.cov_cache_create(B, hkv, D, bits, L)
         try:
-            lib.call("oscar_cov_prefill", C.byref(c), k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, None)
-            lib.call("oscar_cov_decode", C.byref(c), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(),
+            lib.call("oscar_cov_prefill", C.byref(c), None, k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, None)
+            lib.call("oscar_cov_decode", C.byref(c), None, q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(),
                      ws_bytes, None)
             torch.cuda.synchronize()
         finally:
@@ -46,8 +46,8 @@ def decode(lib, kind, k, v, q, L, bits):
     else:
         c = lib.omni_cache_create(B, hkv, D, bits, L)
         try:
-            lib.call("oscar_omni_prefill", C.byref(c), k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, None)
-            lib.call("oscar_omni_decode", C.byref(c), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(),
+            lib.call("oscar_omni_prefill", C.byref(c), None, k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, None)
+            lib.call("oscar_omni_decode", C.byref(c), None, q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(),
                      ws_bytes, None)
             torch.cuda.synchronize()
         finally:

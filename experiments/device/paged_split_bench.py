@@ -59,7 +59,7 @@ def main():
                                                           k_rec.data_ptr(), v_rec.data_ptr())
     rk = torch.linalg.qr(torch.randn(D, D, device=dev, dtype=torch.float64))[0].float().unsqueeze(0).contiguous()
     rv = torch.linalg.qr(torch.randn(D, D, device=dev, dtype=torch.float64))[0].float().unsqueeze(0).contiguous()
-    rot = _capi.Rotation(_capi.ROTATION_MATRIX, 0, rk.data_ptr(), rv.data_ptr())
+    opts = _capi.DecodeOptions(_capi.Rotation(_capi.ROTATION_MATRIX, 0, rk.data_ptr(), rv.data_ptr()))
     block_table = torch.arange(B * pps, dtype=torch.int32, device=dev).view(B, pps)
     window_slot = torch.arange(B, dtype=torch.int32, device=dev)
     q = (torch.randn(B, Hq, D, device=dev) * 0.5).to(torch.bfloat16)
@@ -73,7 +73,7 @@ def main():
     for nb in batches:
         seq_lens = torch.full((nb,), a.ctx, dtype=torch.int32, device=dev)
         qsl = torch.arange(nb + 1, dtype=torch.int32, device=dev)
-        nbytes = nb * H * (body * lay.token_bytes + (S + W) * D * 2 * 2)  # what one call reads: pages and windows
+        nbytes = nb * (H * body * lay.token_bytes + lay.window_slot_bytes)  # what one call reads: pages and windows
         ref = None
         for sp in splits:
             ws_bytes = lib.oscar_cov_paged_workspace_bytes(nb, Hq, H, D, a.ctx, sp)
@@ -82,7 +82,7 @@ def main():
                                      window_slot.data_ptr(), sp)
 
             def call():
-                lib.call("oscar_cov_paged_decode", C.byref(c), C.byref(rot), C.byref(batch), q.data_ptr(), Hq, a.ctx,
+                lib.call("oscar_cov_paged_decode", C.byref(c), C.byref(opts), C.byref(batch), q.data_ptr(), Hq, a.ctx,
                          C.c_float(D ** -0.5), out.data_ptr(), ws.data_ptr(), ws_bytes, C.c_void_p(torch.cuda.current_stream().cuda_stream))
             call()
             torch.cuda.synchronize()

@@ -69,7 +69,7 @@ def main():
                         cbytes = lib.cov_cache_bytes(B, hkv, D, bits, L) if fmt == "cov" else lib.omni_cache_bytes(B, hkv, D, bits, L)
 
                         def pre(i, c=c, lib=lib):
-                            lib.call(f"oscar_{fmt}_prefill", C.byref(c), k.data_ptr(), v.data_ptr(), lens.data_ptr(), L,
+                            lib.call(f"oscar_{fmt}_prefill", C.byref(c), None, k.data_ptr(), v.data_ptr(), lens.data_ptr(), L,
                                      torch.cuda.current_stream().cuda_stream)  # the capturing stream inside a graph
 
                         pc = per_call_us(pre, 3, a.reps)

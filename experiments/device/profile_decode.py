@@ -44,9 +44,10 @@ def main():
                      out.data_ptr(), ws.data_ptr(), wsb, s)
     else:
         c = lib.cov_cache_create(B, hkv, D, a.bits, L) if a.fmt == "cov" else lib.omni_cache_create(B, hkv, D, a.bits, L)
-        lib.call(f"oscar_{a.fmt}_prefill", C.byref(c), k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, s)
+        lib.call(f"oscar_{a.fmt}_prefill", C.byref(c), None, k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, s)
         for _ in range(a.calls):
-            lib.call(f"oscar_{a.fmt}_decode", C.byref(c), q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(), wsb, s)
+            lib.call(f"oscar_{a.fmt}_decode", C.byref(c), None, q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(),
+                     wsb, s)
     torch.cuda.synchronize()
     print("ok")
 

@@ -23,10 +23,9 @@ int oscar_omni_shape_supported(int32_t head_dim, int32_t bits);
 /* The most query heads per KV head any decode entry point takes. */
 int oscar_max_query_group(void);
 
-/* In-kernel rotations (rule: oscar/rotate_math.h). The *_rotated entry points take UNROTATED bf16 K/V (prefill,
- * append) and an unrotated query (decode, which then returns the un-rotated output); the plain entry points are
- * the same with OSCAR_ROTATION_NONE (inputs already rotated, output still rotated by R_V). Both formats:
- * oscar_cov_*_rotated, oscar_omni_*_rotated. */
+/* In-kernel rotations (rule: oscar/rotate_math.h): with a rotation, prefill, append and paged writes take UNROTATED bf16
+ * K/V and a decode takes an unrotated query and returns the un-rotated output; without one (kind OSCAR_ROTATION_NONE) the
+ * inputs are already rotated and a decode's output is still rotated by R_V. */
 typedef enum oscar_rotation_kind {
   OSCAR_ROTATION_NONE = 0,     /* inputs already rotated */
   OSCAR_ROTATION_HADAMARD = 1, /* normalized Walsh-Hadamard on keys, values and queries (oscar-omni's H) */
@@ -37,16 +36,30 @@ typedef struct oscar_rotation {
   int32_t per_head;    /* MATRIX: 1 = one matrix per KV head (query heads use their KV head's), 0 = one for all */
   const float* key;    /* MATRIX: R_K float32 [per_head ? num_kv_heads : 1][head_dim][head_dim], row-major, k' = k R_K */
   const float* value;  /* MATRIX: R_V, same shape; v' = v R_V, decode returns o = o' R_V^T */
-} oscar_rotation;
+} oscar_rotation;      /* MATRIX pointers: device memory, 16-byte aligned */
 
-/* Logit modifiers of a decode (the *_decode_ex entry points); NULL, or softcap 0 and sinks NULL, is plain softmax.
- *   softcap > 0: every score s = softmax_scale * q.k becomes softcap * tanh(s / softcap) (Gemma 2's attention soft-capping).
+/* The options of every entry point, one struct per kind of operation. A NULL pointer, or a zero-initialized struct, is
+ * the plain operation (no rotation, no logit modifier); the *_plain inline functions at the end of this header are
+ * the plain calls.
+ *
+ * oscar_write_options: prefill, append and paged write (oscar_cov_prefill, oscar_cov_append, oscar_omni_prefill,
+ * oscar_omni_append, oscar_cov_paged_write).
+ *   rotation: the in-kernel rotation of the k, v rows (see oscar_rotation).
+ *
+ * oscar_decode_options: every quantized decode (oscar_cov_decode, oscar_omni_decode, oscar_cov_paged_decode).
+ *   rotation: the in-kernel rotation of q and of the output (see oscar_rotation).
+ *   softcap > 0: every score s = softmax_scale * q.k becomes softcap * tanh(s / softcap) (Gemma 2's attention soft-capping);
+ *     0 = none.
  *   sinks: NULL or device float32 [num_q_heads], 4-byte aligned: one logit per query head that joins the softmax denominator
  *     with no value (gpt-oss's attention sinks): out_h = sum_j e^{s_j} v_j / (e^{sinks[h]} + sum_j e^{s_j}); 0 with no token. */
-typedef struct oscar_decode_logits {
+typedef struct oscar_write_options {
+  oscar_rotation rotation;
+} oscar_write_options;
+typedef struct oscar_decode_options {
+  oscar_rotation rotation;
   float softcap;
   const float* sinks;
-} oscar_decode_logits;
+} oscar_decode_options;
 
 /* How an oscar-cov body row is clipped (oscar_cov_cache.clip_mode; rule: oscar/quant_rules.h):
  *   OSCAR_CLIP_QUANTILE: each token row is clamped to +-(its k-th smallest |x|), k = floor(clip * head_dim), then
@@ -91,44 +104,31 @@ oscar_status oscar_cov_cache_destroy(oscar_cov_cache* cache, oscar_error* err);
 /* Tokens one (sequence, KV head) can hold: sink + body_capacity + recent. */
 int64_t oscar_cov_capacity(const oscar_cov_cache* cache);
 
-/* Prefill: writes tokens [0, seq_lens[b]) of every sequence from k, v: bf16 [B][Hkv][max_len][head_dim]
- * (already rotated). seq_lens: device int32 [B], each <= max_len (larger values are clamped to max_len);
- * max_len <= capacity. Sink/recent tokens are copied, body tokens quantized (codes bit-exact with
- * the CPU reference of oscar/quant_rules.h under the cache's clip_mode and rounding). */
-oscar_status oscar_cov_prefill(const oscar_cov_cache* cache, const void* k, const void* v,
-                              const int32_t* seq_lens, int32_t max_len, void* stream, oscar_error* err);
+/* Prefill: writes tokens [0, seq_lens[b]) of every sequence from k, v: bf16 [B][Hkv][max_len][head_dim].
+ * seq_lens: device int32 [B], each <= max_len (larger values are clamped to max_len); max_len <= capacity. Sink/recent
+ * tokens are copied, body tokens quantized (codes bit-exact with the CPU reference of oscar/quant_rules.h under the
+ * cache's clip_mode and rounding). options: see oscar_write_options. */
+oscar_status oscar_cov_prefill(const oscar_cov_cache* cache, const oscar_write_options* options, const void* k, const void* v,
+                               const int32_t* seq_lens, int32_t max_len, void* stream, oscar_error* err);
 
 /* Decode append: token t = seq_lens[b] of each sequence from k_new, v_new: bf16 [B][Hkv][head_dim];
  * demotes the oldest recent token into the body when the window is full. Does NOT modify seq_lens
  * (the caller increments them). max_seq_len (host): an upper bound of seq_lens; max_seq_len + 1 must
- * not exceed the capacity. */
-oscar_status oscar_cov_append(const oscar_cov_cache* cache, const void* k_new, const void* v_new,
-                             const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err);
+ * not exceed the capacity. options: see oscar_write_options. */
+oscar_status oscar_cov_append(const oscar_cov_cache* cache, const oscar_write_options* options, const void* k_new, const void* v_new,
+                              const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err);
 
-/* The same three with in-kernel rotations (see oscar_rotation): k, v, k_new, v_new and q unrotated, out un-rotated.
- * rotation NULL or kind NONE: exactly the plain calls. MATRIX pointers: device memory, 16-byte aligned. */
-oscar_status oscar_cov_prefill_rotated(const oscar_cov_cache* cache, const oscar_rotation* rotation, const void* k, const void* v,
-                                       const int32_t* seq_lens, int32_t max_len, void* stream, oscar_error* err);
-oscar_status oscar_cov_append_rotated(const oscar_cov_cache* cache, const oscar_rotation* rotation, const void* k_new,
-                                      const void* v_new, const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err);
-oscar_status oscar_cov_decode_rotated(const oscar_cov_cache* cache, const oscar_rotation* rotation, const void* q,
-                                      int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
-                                      float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
-/* oscar_cov_decode_rotated with logit modifiers (see oscar_decode_logits; logits NULL: exactly oscar_cov_decode_rotated). */
-oscar_status oscar_cov_decode_ex(const oscar_cov_cache* cache, const oscar_rotation* rotation, const oscar_decode_logits* logits,
-                                 const void* q, int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
-                                 float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
-
-/* Workspace bytes oscar_cov_decode / oscar_omni_decode (quantized = 1) / oscar_bf16_decode (0) need for these shapes on the current device. */
+/* Workspace bytes oscar_cov_decode / oscar_omni_decode (quantized = 1) / oscar_bf16_decode (0) need for these shapes on the
+ * current device (with room for the rotated queries of a rotated decode). */
 size_t oscar_decode_workspace_bytes(int32_t batch, int32_t num_q_heads, int32_t num_kv_heads,
                                        int32_t head_dim, int32_t max_seq_len, int32_t quantized);
 
-/* Decode attention, one query per sequence: q bf16 [B][Hq][head_dim] (rotated by R_K), out float32
- * [B][Hq][head_dim] (still rotated by R_V), out_h = softmax(scale * q_h K^T) V over the L_b cached
- * tokens of KV head h / (Hq/Hkv). Split-KV with an exact log-sum-exp merge. */
-oscar_status oscar_cov_decode(const oscar_cov_cache* cache, const void* q, int32_t num_q_heads,
-                             const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale, float* out,
-                             void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
+/* Decode attention, one query per sequence: q bf16 [B][Hq][head_dim], out float32 [B][Hq][head_dim],
+ * out_h = softmax(scale * q_h K^T) V over the L_b cached tokens of KV head h / (Hq/Hkv). Split-KV with an exact
+ * log-sum-exp merge. options: see oscar_decode_options (without a rotation q is rotated by R_K and out still rotated by R_V). */
+oscar_status oscar_cov_decode(const oscar_cov_cache* cache, const oscar_decode_options* options, const void* q, int32_t num_q_heads,
+                              const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale, float* out,
+                              void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
 
 /* The like-for-like BF16 baseline: k, v bf16 [B][Hkv][capacity][head_dim], same structure and merge. */
 oscar_status oscar_bf16_decode(const void* k, const void* v, int32_t batch, int32_t num_kv_heads,
@@ -163,37 +163,24 @@ oscar_status oscar_omni_cache_destroy(oscar_omni_cache* cache, oscar_error* err)
 /* Tokens one sequence can hold: body_capacity + 127. */
 int64_t oscar_omni_capacity(const oscar_omni_cache* cache);
 
-/* Prefill tokens [0, seq_lens[b]) from k, v: bf16 [B][Hkv][max_len][head_dim] (already rotated); the
- * first 128*floor(L/128) tokens are quantized (codes bit-exact with the CPU twin), the rest copied into
- * the residual block. Same conventions as oscar_cov_prefill. */
-oscar_status oscar_omni_prefill(const oscar_omni_cache* cache, const void* k, const void* v, const int32_t* seq_lens,
-                                int32_t max_len, void* stream, oscar_error* err);
+/* Prefill tokens [0, seq_lens[b]) from k, v: bf16 [B][Hkv][max_len][head_dim]; the first 128*floor(L/128) tokens
+ * are quantized (codes bit-exact with the CPU twin), the rest copied into the residual block. Same conventions as
+ * oscar_cov_prefill. A rotated prefill or append (oscar-omni's own rotation is OSCAR_ROTATION_HADAMARD) stages one
+ * 32-token block of every KV head in shared memory (num_kv_heads * head_dim * 64 bytes): OSCAR_ERR_UNSUPPORTED beyond
+ * the device's per-block limit. */
+oscar_status oscar_omni_prefill(const oscar_omni_cache* cache, const oscar_write_options* options, const void* k, const void* v,
+                                const int32_t* seq_lens, int32_t max_len, void* stream, oscar_error* err);
 
 /* Append token t = seq_lens[b] (k_new, v_new: bf16 [B][Hkv][head_dim]); completes and quantizes a
  * residual block when t % 128 == 127. Does not modify seq_lens; max_seq_len + 1 <= capacity. */
-oscar_status oscar_omni_append(const oscar_omni_cache* cache, const void* k_new, const void* v_new, const int32_t* seq_lens,
-                               int32_t max_seq_len, void* stream, oscar_error* err);
+oscar_status oscar_omni_append(const oscar_omni_cache* cache, const oscar_write_options* options, const void* k_new,
+                               const void* v_new, const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err);
 
-/* Decode attention over the omni cache; same contract as oscar_cov_decode (q rotated by H, out still
- * rotated by H); workspace: oscar_decode_workspace_bytes(..., quantized = 1). */
-oscar_status oscar_omni_decode(const oscar_omni_cache* cache, const void* q, int32_t num_q_heads, const int32_t* seq_lens,
-                               int32_t max_seq_len, float softmax_scale, float* out, void* workspace,
-                               size_t workspace_bytes, void* stream, oscar_error* err);
-
-/* oscar-omni with in-kernel rotations (see oscar_rotation; oscar-omni's own is OSCAR_ROTATION_HADAMARD): k, v,
- * k_new, v_new and q unrotated, out un-rotated. Prefill/append stage one 32-token block of every KV head in shared
- * memory (num_kv_heads * head_dim * 64 bytes): OSCAR_ERR_UNSUPPORTED beyond the device's per-block limit. */
-oscar_status oscar_omni_prefill_rotated(const oscar_omni_cache* cache, const oscar_rotation* rotation, const void* k, const void* v,
-                                        const int32_t* seq_lens, int32_t max_len, void* stream, oscar_error* err);
-oscar_status oscar_omni_append_rotated(const oscar_omni_cache* cache, const oscar_rotation* rotation, const void* k_new,
-                                       const void* v_new, const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err);
-oscar_status oscar_omni_decode_rotated(const oscar_omni_cache* cache, const oscar_rotation* rotation, const void* q,
-                                       int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
-                                       float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
-/* oscar_omni_decode_rotated with logit modifiers (see oscar_decode_logits; NULL: exactly oscar_omni_decode_rotated). */
-oscar_status oscar_omni_decode_ex(const oscar_omni_cache* cache, const oscar_rotation* rotation, const oscar_decode_logits* logits,
-                                  const void* q, int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,
-                                  float* out, void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
+/* Decode attention over the omni cache; same contract as oscar_cov_decode (without a rotation q is rotated by H and out
+ * still rotated by H); workspace: oscar_decode_workspace_bytes(..., quantized = 1). */
+oscar_status oscar_omni_decode(const oscar_omni_cache* cache, const oscar_decode_options* options, const void* q,
+                               int32_t num_q_heads, const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale, float* out,
+                               void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
 
 /* ---- Paged oscar-cov, for serving engines (layout: oscar/cov_paged_format.h; design: kernels/SERVING_ENGINES.md).
  * A pool of pages holds every token's codes, addressed by position through a block table (write-through); the BF16
@@ -204,7 +191,7 @@ typedef struct oscar_cov_paged {
   int32_t sink, recent;                       /* window sizes: sink a multiple of 64 (or 0), recent > 0 */
   int32_t page_tokens;                        /* P: tokens per page, a positive multiple of 64 */
   int64_t num_pages;                          /* pages in the pool */
-  int64_t page_stride;                        /* bytes from page i to page i + 1 (>= oscar_cov_paged_page_bytes; 16-byte multiple) */
+  int64_t page_stride;                        /* bytes from page i to page i + 1 (>= the layout's page_bytes; 16-byte multiple) */
   int32_t num_window_slots;                   /* window slots in k_sink .. v_recent */
   float clip_k, clip_v;                       /* as oscar_cov_cache */
   int32_t clip_mode, rounding;                /* as oscar_cov_cache */
@@ -229,29 +216,73 @@ typedef struct oscar_paged_batch {
 /* Workspace bytes oscar_cov_paged_decode needs for these shapes and split_tokens (0: as oscar_decode_workspace_bytes). */
 size_t oscar_cov_paged_workspace_bytes(int32_t num_seqs, int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim,
                                        int32_t max_seq_len, int32_t split_tokens);
-/* Bytes of one page (all KV heads) and of one window slot (all KV heads, sink + recent, K and V); 0 on bad shapes. */
-int64_t oscar_cov_paged_page_bytes(int32_t page_tokens, int32_t num_kv_heads, int32_t head_dim, int32_t bits);
-int64_t oscar_cov_paged_window_bytes(int32_t num_kv_heads, int32_t head_dim, int32_t sink, int32_t recent);
+
+/* The paged layout of one shape in bytes (oscar/cov_paged_format.h), for callers that size or read pages themselves.
+ * Page p of the pool starts at p * page_stride (>= page_bytes); KV head h's region of a page at h * region_bytes; in a
+ * region, token slot o's K codes at k_codes_offset + o * code_bytes, its V codes at v_codes_offset + o * code_bytes, its
+ * K (scale, zero) fp16 pair at k_params_offset + o * param_bytes and its V pair at v_params_offset + o * param_bytes. */
+typedef struct oscar_cov_paged_layout {
+  int64_t code_bytes;         /* packed codes of one token row (K or V) of one KV head: head_dim * bits / 8 */
+  int64_t param_bytes;        /* fp16 (scale, zero) of one token row (K or V) of one KV head */
+  int64_t token_bytes;        /* one token of one KV head in a page: K and V codes and params */
+  int64_t region_bytes;       /* one KV head's region of a page: page_tokens * token_bytes */
+  int64_t page_bytes;         /* one page, all KV heads: num_kv_heads * region_bytes */
+  int64_t k_codes_offset, v_codes_offset, k_params_offset, v_params_offset;  /* segments of a region */
+  int64_t bf16_token_bytes;   /* one token of one KV head in the BF16 windows, K and V */
+  int64_t window_slot_bytes;  /* one window slot (all KV heads, sink + recent, K and V): Hkv * (sink + recent) * bf16_token_bytes */
+} oscar_cov_paged_layout;
+/* Fills *layout for (page_tokens, num_kv_heads, head_dim, bits, sink, recent) under the rules of oscar_cov_paged (a
+ * compiled shape, page_tokens and sink multiples of 64, recent > 0); OSCAR_ERR_INVALID_ARGUMENT / UNSUPPORTED otherwise. */
+oscar_status oscar_cov_paged_layout_of(int32_t page_tokens, int32_t num_kv_heads, int32_t head_dim, int32_t bits, int32_t sink,
+                                       int32_t recent, oscar_cov_paged_layout* layout, oscar_error* err);
 /* oscar-cov's row rule (clip 0.96 / 0.92, quantile at 2 bits, ratio at 4, half away from zero) into cache's rule fields. */
 void oscar_cov_paged_default_rule(oscar_cov_paged* cache);
 
 /* Writes this step's tokens: k, v bf16 rows of num_kv_heads * head_dim values, token i at k + i * k_token_stride
- * (elements; a multiple of 8), unrotated when `rotation` is given. Token i of sequence s (qsl[s] <= i < qsl[s + 1])
- * has position seq_lens[s] - (qsl[s + 1] - qsl[s]) + (i - qsl[s]); its codes go to page slot_mapping[i] / P at offset
+ * (elements; a multiple of 8). Token i of sequence s (qsl[s] <= i < qsl[s + 1]) has position
+ * seq_lens[s] - (qsl[s + 1] - qsl[s]) + (i - qsl[s]); its codes go to page slot_mapping[i] / P at offset
  * slot_mapping[i] % P, and its BF16 rows to the sequence's window slot when it is in the sink or among the last `recent`
  * tokens; a token whose slot_mapping is negative (an engine's padding) is not written at all. Tokens at or past
- * qsl[num_seqs] must have negative slots (not checked on the device). */
-oscar_status oscar_cov_paged_write(const oscar_cov_paged* cache, const oscar_rotation* rotation, const oscar_paged_batch* batch,
+ * qsl[num_seqs] must have negative slots (not checked on the device). options: see oscar_write_options. */
+oscar_status oscar_cov_paged_write(const oscar_cov_paged* cache, const oscar_write_options* options, const oscar_paged_batch* batch,
                                    const void* k, const void* v, int64_t k_token_stride, int64_t v_token_stride, int32_t num_tokens,
                                    const int64_t* slot_mapping, void* stream, oscar_error* err);
 
-/* Decode attention, one query per sequence (q bf16 [num_seqs][Hq][head_dim], unrotated when `rotation` is given,
- * else rotated by R_K), over seq_lens[s] tokens; out float32 [num_seqs][Hq][head_dim]. max_seq_len (host): an upper
- * bound of seq_lens that sets the split plan (a graph-stable bound such as the engine's max model length keeps one
- * plan for every step); workspace: oscar_cov_paged_workspace_bytes(num_seqs, Hq, Hkv, head_dim, max_seq_len, split_tokens). */
-oscar_status oscar_cov_paged_decode(const oscar_cov_paged* cache, const oscar_rotation* rotation, const oscar_paged_batch* batch,
+/* Decode attention, one query per sequence (q bf16 [num_seqs][Hq][head_dim]) over seq_lens[s] tokens; out float32
+ * [num_seqs][Hq][head_dim]. max_seq_len (host): an upper bound of seq_lens that sets the split plan (a graph-stable bound
+ * such as the engine's max model length keeps one plan for every step); workspace:
+ * oscar_cov_paged_workspace_bytes(num_seqs, Hq, Hkv, head_dim, max_seq_len, split_tokens). options: see
+ * oscar_decode_options. */
+oscar_status oscar_cov_paged_decode(const oscar_cov_paged* cache, const oscar_decode_options* options, const oscar_paged_batch* batch,
                                     const void* q, int32_t num_q_heads, int32_t max_seq_len, float softmax_scale, float* out,
                                     void* workspace, size_t workspace_bytes, void* stream, oscar_error* err);
+
+/* ---- The plain calls: the six entry points of the two contiguous formats with options NULL (no rotation: inputs already
+ * rotated; no logit modifier), same arguments otherwise:
+ *   oscar_cov_prefill_plain(cache, k, v, seq_lens, max_len, stream, err)         = oscar_cov_prefill(cache, NULL, ...)
+ *   oscar_cov_append_plain(cache, k_new, v_new, seq_lens, max_seq_len, stream, err) = oscar_cov_append(cache, NULL, ...)
+ *   oscar_cov_decode_plain(cache, q, num_q_heads, seq_lens, max_seq_len, softmax_scale, out, workspace, workspace_bytes,
+ *                          stream, err)                                            = oscar_cov_decode(cache, NULL, ...)
+ *   oscar_omni_prefill_plain, oscar_omni_append_plain, oscar_omni_decode_plain: the same over oscar_omni_cache. */
+#define OSCAR_KV_PLAIN_CALLS(FMT)                                                                                                    \
+  static inline oscar_status oscar_##FMT##_prefill_plain(const oscar_##FMT##_cache* cache, const void* k, const void* v,            \
+                                                        const int32_t* seq_lens, int32_t max_len, void* stream, oscar_error* err) {  \
+    return oscar_##FMT##_prefill(cache, NULL, k, v, seq_lens, max_len, stream, err);                                                 \
+  }                                                                                                                                  \
+  static inline oscar_status oscar_##FMT##_append_plain(const oscar_##FMT##_cache* cache, const void* k_new, const void* v_new,     \
+                                                       const int32_t* seq_lens, int32_t max_seq_len, void* stream, oscar_error* err) { \
+    return oscar_##FMT##_append(cache, NULL, k_new, v_new, seq_lens, max_seq_len, stream, err);                                      \
+  }                                                                                                                                  \
+  static inline oscar_status oscar_##FMT##_decode_plain(const oscar_##FMT##_cache* cache, const void* q, int32_t num_q_heads,       \
+                                                       const int32_t* seq_lens, int32_t max_seq_len, float softmax_scale,          \
+                                                       float* out, void* workspace, size_t workspace_bytes, void* stream,          \
+                                                       oscar_error* err) {                                                         \
+    return oscar_##FMT##_decode(cache, NULL, q, num_q_heads, seq_lens, max_seq_len, softmax_scale, out, workspace, workspace_bytes, \
+                                stream, err);                                                                                        \
+  }
+OSCAR_KV_PLAIN_CALLS(cov)
+OSCAR_KV_PLAIN_CALLS(omni)
+#undef OSCAR_KV_PLAIN_CALLS
 
 #ifdef __cplusplus
 }

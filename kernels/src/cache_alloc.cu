@@ -27,7 +27,7 @@ oscar_status check_shape(const char* fn, int32_t batch, int32_t kv_heads, int32_
 }
 
 // One allocation carved into `n` arrays of the given byte sizes (each rounded up to 16 bytes).
-oscar_status carve(const char* fn, const int64_t* bytes, void** out[], int n, oscar_error* err) {
+oscar_status carve(const char* fn, const int64_t* bytes, void** const out[], int n, oscar_error* err) {
   if (oscar_device_count() == 0) return oscar::api::fail(err, OSCAR_ERR_NO_DEVICE, "%s: no CUDA device is visible", fn);
   int64_t total = 0;
   for (int i = 0; i < n; ++i) total += round16(bytes[i]);
@@ -63,6 +63,39 @@ oscar_status make_arrivals(const char* fn, int32_t batch, int32_t kv_heads, void
   return OSCAR_OK;
 }
 
+// The struct of a cache of this shape (shape fields set, arrays NULL), after the checks every format shares.
+template <class Cache>
+oscar_status shaped(const char* fn, const Cache* cache, int32_t batch, int32_t kv_heads, int32_t head_dim, int32_t bits, int64_t capacity,
+                    oscar_error* err, Cache& c) {
+  if (!cache) return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
+  if (oscar_status st = check_shape(fn, batch, kv_heads, head_dim, bits, capacity, err); st != OSCAR_OK) return st;
+  c = Cache{};
+  c.batch = batch;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.bits = bits;
+  return OSCAR_OK;
+}
+
+// Carves c's N arrays (sizes `bytes`, the first one the allocation) and makes its arrival counters; *cache = c on success.
+template <class Cache, int N>
+oscar_status allocate(const char* fn, Cache& c, const int64_t (&bytes)[N], void** const (&arrays)[N], Cache* cache, oscar_error* err) {
+  if (oscar_status st = carve(fn, bytes, arrays, N, err); st != OSCAR_OK) return st;
+  if (oscar_status st = make_arrivals(fn, c.batch, c.num_kv_heads, *arrays[0], &c.arrivals, err); st != OSCAR_OK) return st;
+  *cache = c;
+  return OSCAR_OK;
+}
+
+// Frees the allocation (its first array, `base`) and the arrival counters of *cache, and clears the struct.
+template <class Cache>
+oscar_status release(const char* fn, Cache* cache, void* Cache::*base, oscar_error* err) {
+  if (!cache) return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
+  if (cache->*base) OSCAR_CUDA_TRY(cudaFree(cache->*base), err, fn);
+  if (cache->arrivals) OSCAR_CUDA_TRY(cudaFree(cache->arrivals), err, fn);
+  *cache = Cache{};
+  return OSCAR_OK;
+}
+
 }  // namespace
 
 extern "C" int64_t oscar_cov_cache_bytes(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t bits, int32_t sink,
@@ -75,16 +108,11 @@ extern "C" int64_t oscar_cov_cache_bytes(int32_t batch, int32_t num_kv_heads, in
 extern "C" oscar_status oscar_cov_cache_create(oscar_cov_cache* cache, int32_t batch, int32_t num_kv_heads, int32_t head_dim,
                                                int32_t bits, int32_t sink, int32_t recent, int64_t capacity, oscar_error* err) {
   const char* fn = "oscar_cov_cache_create";
-  if (!cache) return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
-  if (oscar_status st = check_shape(fn, batch, num_kv_heads, head_dim, bits, capacity, err); st != OSCAR_OK) return st;
+  oscar_cov_cache c;
+  if (oscar_status st = shaped(fn, cache, batch, num_kv_heads, head_dim, bits, capacity, err, c); st != OSCAR_OK) return st;
   if (sink < 0 || recent < 1)
     return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: sink=%d recent=%d (sink >= 0, recent >= 1)", fn, sink, recent);
   const oscar::covfmt::Layout l = oscar::covfmt::layout(batch, num_kv_heads, head_dim, bits, capacity, sink, recent);
-  oscar_cov_cache c{};
-  c.batch = batch;
-  c.num_kv_heads = num_kv_heads;
-  c.head_dim = head_dim;
-  c.bits = bits;
   c.sink = sink;
   c.recent = recent;
   c.body_capacity = l.body_capacity;
@@ -94,19 +122,12 @@ extern "C" oscar_status oscar_cov_cache_create(oscar_cov_cache* cache, int32_t b
   c.rounding = static_cast<int32_t>(oscar::covfmt::kRounding);
   const int64_t bytes[8] = {l.sink_bytes, l.sink_bytes, l.recent_bytes, l.recent_bytes,
                             l.codes_bytes, l.codes_bytes, l.params_bytes, l.params_bytes};
-  void** arrays[8] = {&c.k_sink, &c.v_sink, &c.k_recent, &c.v_recent, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params};
-  if (oscar_status st = carve(fn, bytes, arrays, 8, err); st != OSCAR_OK) return st;
-  if (oscar_status st = make_arrivals(fn, batch, num_kv_heads, c.k_sink, &c.arrivals, err); st != OSCAR_OK) return st;
-  *cache = c;
-  return OSCAR_OK;
+  void** const arrays[8] = {&c.k_sink, &c.v_sink, &c.k_recent, &c.v_recent, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params};
+  return allocate(fn, c, bytes, arrays, cache, err);
 }
 
 extern "C" oscar_status oscar_cov_cache_destroy(oscar_cov_cache* cache, oscar_error* err) {
-  if (!cache) return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "oscar_cov_cache_destroy: cache is NULL");
-  if (cache->k_sink) OSCAR_CUDA_TRY(cudaFree(cache->k_sink), err, "oscar_cov_cache_destroy");
-  if (cache->arrivals) OSCAR_CUDA_TRY(cudaFree(cache->arrivals), err, "oscar_cov_cache_destroy");
-  *cache = oscar_cov_cache{};
-  return OSCAR_OK;
+  return release("oscar_cov_cache_destroy", cache, &oscar_cov_cache::k_sink, err);
 }
 
 extern "C" int64_t oscar_omni_cache_bytes(int32_t batch, int32_t num_kv_heads, int32_t head_dim, int32_t bits, int64_t capacity) {
@@ -119,27 +140,15 @@ extern "C" int64_t oscar_omni_cache_bytes(int32_t batch, int32_t num_kv_heads, i
 extern "C" oscar_status oscar_omni_cache_create(oscar_omni_cache* cache, int32_t batch, int32_t num_kv_heads, int32_t head_dim,
                                                 int32_t bits, int64_t capacity, oscar_error* err) {
   const char* fn = "oscar_omni_cache_create";
-  if (!cache) return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: cache is NULL", fn);
-  if (oscar_status st = check_shape(fn, batch, num_kv_heads, head_dim, bits, capacity, err); st != OSCAR_OK) return st;
+  oscar_omni_cache c;
+  if (oscar_status st = shaped(fn, cache, batch, num_kv_heads, head_dim, bits, capacity, err, c); st != OSCAR_OK) return st;
   const oscar::omnifmt::Layout l = oscar::omnifmt::layout(batch, num_kv_heads, head_dim, bits, capacity);
-  oscar_omni_cache c{};
-  c.batch = batch;
-  c.num_kv_heads = num_kv_heads;
-  c.head_dim = head_dim;
-  c.bits = bits;
   c.body_capacity = l.body_capacity;
   const int64_t bytes[7] = {l.res_bytes, l.res_bytes, l.codes_bytes, l.codes_bytes, l.k_params_bytes, l.v_params_bytes, l.norms_bytes};
-  void** arrays[7] = {&c.k_res, &c.v_res, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params, &c.k_norms};
-  if (oscar_status st = carve(fn, bytes, arrays, 7, err); st != OSCAR_OK) return st;
-  if (oscar_status st = make_arrivals(fn, batch, num_kv_heads, c.k_res, &c.arrivals, err); st != OSCAR_OK) return st;
-  *cache = c;
-  return OSCAR_OK;
+  void** const arrays[7] = {&c.k_res, &c.v_res, &c.k_codes, &c.v_codes, &c.k_params, &c.v_params, &c.k_norms};
+  return allocate(fn, c, bytes, arrays, cache, err);
 }
 
 extern "C" oscar_status oscar_omni_cache_destroy(oscar_omni_cache* cache, oscar_error* err) {
-  if (!cache) return oscar::api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "oscar_omni_cache_destroy: cache is NULL");
-  if (cache->k_res) OSCAR_CUDA_TRY(cudaFree(cache->k_res), err, "oscar_omni_cache_destroy");
-  if (cache->arrivals) OSCAR_CUDA_TRY(cudaFree(cache->arrivals), err, "oscar_omni_cache_destroy");
-  *cache = oscar_omni_cache{};
-  return OSCAR_OK;
+  return release("oscar_omni_cache_destroy", cache, &oscar_omni_cache::k_res, err);
 }

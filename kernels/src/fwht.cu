@@ -1,9 +1,11 @@
 // fwht.cu: in-place fast Walsh-Hadamard transform, one warp per row, templated on head_dim and on the
 // stored element (float32, or bf16 bits widened to float, transformed in float, rounded back to nearest
 // even). Lane l holds elements [l*P, l*P+P) with P = HD/32: strides < P are butterflies in registers,
-// strides >= P exchange with lane l ^ (stride/P) by shuffle. Same operation order as fwht_math.h.
+// strides >= P exchange with lane l ^ (stride/P) by shuffle (decode/rotate.cuh's fwht_lanes, shared with the in-kernel
+// rotations). Same operation order as fwht_math.h.
 #include <cuda_runtime.h>
 #include "api_util.h"
+#include "decode/rotate.cuh"
 #include "oscar/float_formats.h"
 #include "oscar/fwht_math.h"
 #include "oscar_kernels.h"
@@ -25,27 +27,7 @@ __global__ void fwht_rows_kernel(T* __restrict__ data, int64_t rows, bool normal
   float v[P];
 #pragma unroll
   for (int i = 0; i < P; ++i) v[i] = load_elem(x + i);
-#pragma unroll
-  for (int s = 1; s < P; s <<= 1) {
-#pragma unroll
-    for (int i = 0; i < P; i += 2 * s) {
-#pragma unroll
-      for (int j = i; j < i + s; ++j) {
-        const float a = v[j], b = v[j + s];
-        v[j] = a + b;
-        v[j + s] = a - b;
-      }
-    }
-  }
-#pragma unroll
-  for (int ls = 1; ls < 32; ls <<= 1) {
-    const bool upper = (lane & ls) != 0;
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const float other = __shfl_xor_sync(0xffffffffu, v[i], ls);
-      v[i] = upper ? (other - v[i]) : (v[i] + other);
-    }
-  }
+  fwht_lanes<P, 32>(v, lane, 0xffffffffu);
   if (normalize) {
     const float c = fwht_scale(HD);
 #pragma unroll

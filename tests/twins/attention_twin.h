@@ -13,7 +13,7 @@
 
 namespace attn_twin {
 
-// The logit modifiers of the *_decode_ex entry points (oscar_decode_logits): softcap > 0 maps every score s to
+// The logit modifiers of a decode (oscar_decode_options: softcap, sinks): softcap > 0 maps every score s to
 // softcap tanh(s / softcap); sink (finite) joins the softmax denominator as e^sink with no value.
 struct Logits {
   double softcap = 0;

@@ -10,7 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "oscar/float_formats.h"
+#include "oscar/quant_rules.h"
+
 namespace twins {
+
+// A group's (scale, zero) as the kernels store it: two fp16 in one 32-bit word, scale in the low half.
+inline uint32_t pack_params(oscar::GroupParams p) {
+  return uint32_t(oscar::float_to_half_bits(p.scale)) | (uint32_t(oscar::float_to_half_bits(p.zero)) << 16);
+}
 
 // One device array: elements of `elem_bytes` bytes, row-major over `dims` (dim_names label them in messages).
 struct Array {
@@ -51,6 +59,25 @@ struct Array {
 
 struct Image {
   std::vector<Array> arrays;
+  // Appends an array of `elem_bytes`-byte elements over dims; aborts (naming the twin) unless it holds exactly the
+  // layout's `layout_bytes`.
+  Array& add(const char* twin, const char* n, int elem_bytes, std::vector<int64_t> dims, std::vector<std::string> names,
+             int64_t layout_bytes) {
+    arrays.emplace_back();
+    Array& a = arrays.back();
+    a.init(n, elem_bytes, std::move(dims), std::move(names));
+    if (a.bytes() != layout_bytes) {
+      std::fprintf(stderr, "%s: %s holds %lld bytes, the layout says %lld\n", twin, n, (long long)a.bytes(), (long long)layout_bytes);
+      std::abort();
+    }
+    return a;
+  }
+  // The K and V arrays k_<stem> and v_<stem>, both of this shape.
+  void add_kv(const char* twin, const std::string& stem, int elem_bytes, const std::vector<int64_t>& dims,
+              const std::vector<std::string>& names, int64_t layout_bytes) {
+    add(twin, ("k_" + stem).c_str(), elem_bytes, dims, names, layout_bytes);
+    add(twin, ("v_" + stem).c_str(), elem_bytes, dims, names, layout_bytes);
+  }
   Array& get(const std::string& n) {
     for (Array& a : arrays) if (a.name == n) return a;
     std::fprintf(stderr, "cache_image: no array %s\n", n.c_str());
@@ -89,6 +116,19 @@ inline int64_t compare(const Image& want, const Image& got, std::string* log, in
     if (log && bad_here) *log += "  " + w.name + ": " + std::to_string(bad_here) + " live element(s) differ\n";
   }
   return bad;
+}
+
+// Rows [0, L) of one (sequence, KV head) of a twin cache with D channels, dequantized into K, V ([L][D], double) by
+// value(is_v, t, ch): the decode reference's cache.
+template <class Value>
+void dequant_rows(int D, int64_t L, std::vector<double>& K, std::vector<double>& V, Value value) {
+  K.resize(size_t(L) * D);
+  V.resize(K.size());
+  for (int64_t t = 0; t < L; ++t)
+    for (int ch = 0; ch < D; ++ch) {
+      K[size_t(t) * D + ch] = value(false, t, ch);
+      V[size_t(t) * D + ch] = value(true, t, ch);
+    }
 }
 
 // A bf16 tensor [B][H][T][D] (raw bits) with T the row stride: the kernels' K/V input layout.

@@ -28,10 +28,6 @@ struct Cache {
   twins::Image img;  // k_sink, v_sink, k_recent, v_recent, k_codes, v_codes, k_params, v_params (oscar_cov_cache order)
 };
 
-inline uint32_t pack_params(oscar::GroupParams p) {
-  return uint32_t(oscar::float_to_half_bits(p.scale)) | (uint32_t(oscar::float_to_half_bits(p.zero)) << 16);
-}
-
 // An empty cache image (all zero, nothing live) for `batch` sequences of `kv_heads` heads holding up to
 // `capacity` tokens; the array sizes are covfmt::layout's (aborts if the twin's shapes disagree with it).
 inline Cache empty(int batch, int kv_heads, int head_dim, int bits, int64_t capacity, int sink = oscar::covfmt::kDefaultSink,
@@ -41,23 +37,10 @@ inline Cache empty(int batch, int kv_heads, int head_dim, int bits, int64_t capa
   c.B = batch; c.H = kv_heads; c.D = head_dim; c.bits = bits; c.sink = sink; c.recent = recent;
   c.body_capacity = l.body_capacity; c.capacity = l.capacity;
   const int64_t BH = int64_t(batch) * kv_heads, CB = oscar::covfmt::body_code_bytes(head_dim, bits);
-  auto add = [&](const char* n, int eb, std::vector<int64_t> d, std::vector<std::string> names, int64_t layout_bytes) {
-    c.img.arrays.emplace_back();
-    c.img.arrays.back().init(n, eb, std::move(d), std::move(names));
-    if (c.img.arrays.back().bytes() != layout_bytes) {
-      std::fprintf(stderr, "cov_twin: %s holds %lld bytes, covfmt::layout says %lld\n", n, (long long)c.img.arrays.back().bytes(),
-                   (long long)layout_bytes);
-      std::abort();
-    }
-  };
-  add("k_sink", 2, {BH, sink, head_dim}, {"bh", "t", "ch"}, l.sink_bytes);
-  add("v_sink", 2, {BH, sink, head_dim}, {"bh", "t", "ch"}, l.sink_bytes);
-  add("k_recent", 2, {BH, recent, head_dim}, {"bh", "slot", "ch"}, l.recent_bytes);
-  add("v_recent", 2, {BH, recent, head_dim}, {"bh", "slot", "ch"}, l.recent_bytes);
-  add("k_codes", 1, {BH, l.body_capacity, CB}, {"bh", "body", "byte"}, l.codes_bytes);
-  add("v_codes", 1, {BH, l.body_capacity, CB}, {"bh", "body", "byte"}, l.codes_bytes);
-  add("k_params", 4, {BH, l.body_capacity}, {"bh", "body"}, l.params_bytes);
-  add("v_params", 4, {BH, l.body_capacity}, {"bh", "body"}, l.params_bytes);
+  c.img.add_kv("cov_twin", "sink", 2, {BH, sink, head_dim}, {"bh", "t", "ch"}, l.sink_bytes);
+  c.img.add_kv("cov_twin", "recent", 2, {BH, recent, head_dim}, {"bh", "slot", "ch"}, l.recent_bytes);
+  c.img.add_kv("cov_twin", "codes", 1, {BH, l.body_capacity, CB}, {"bh", "body", "byte"}, l.codes_bytes);
+  c.img.add_kv("cov_twin", "params", 4, {BH, l.body_capacity}, {"bh", "body"}, l.params_bytes);
   return c;
 }
 
@@ -88,7 +71,7 @@ inline void quantize_row(const uint16_t* x16, int D, int bits, oscar::ClipMode m
   const oscar::GroupParams p = oscar::group_params(mn, mx, bits, false, clip, oscar::ScaleDtype::F16);
   std::fill(codes, codes + oscar::covfmt::body_code_bytes(D, bits), uint8_t(0));
   for (int i = 0; i < D; ++i) oscar::pack_code(codes, i, oscar::quantize_value(x[i], p, bits, false, rounding), bits);
-  *params = pack_params(p);
+  *params = twins::pack_params(p);
 }
 
 // The cache holding tokens [0, lens[b]) of k, v (bf16 [B][H][T][D]) for every sequence b.
@@ -151,13 +134,7 @@ inline F dequant(const Cache& c, bool is_v, int b, int h, int64_t t, int64_t L, 
 
 // Rows [0, L) of (b, h) dequantized into K, V ([L][D], double): the decode reference's cache.
 inline void dequant_head(const Cache& c, int b, int h, int64_t L, std::vector<double>& K, std::vector<double>& V) {
-  K.resize(size_t(L) * c.D);
-  V.resize(K.size());
-  for (int64_t t = 0; t < L; ++t)
-    for (int ch = 0; ch < c.D; ++ch) {
-      K[size_t(t) * c.D + ch] = dequant<double>(c, false, b, h, t, L, ch);
-      V[size_t(t) * c.D + ch] = dequant<double>(c, true, b, h, t, L, ch);
-    }
+  twins::dequant_rows(c.D, L, K, V, [&](bool is_v, int64_t t, int ch) { return dequant<double>(c, is_v, b, h, t, L, ch); });
 }
 
 }  // namespace cov_twin

@@ -27,10 +27,6 @@ struct Cache {
   twins::Image img;  // k_res, v_res, k_codes, v_codes, k_params, v_params, k_norms
 };
 
-inline uint32_t pack_params(oscar::GroupParams p) {
-  return uint32_t(oscar::float_to_half_bits(p.scale)) | (uint32_t(oscar::float_to_half_bits(p.zero)) << 16);
-}
-
 // An empty image for `batch` sequences of `kv_heads` heads holding up to `capacity` tokens, sized by
 // omnifmt::layout (aborts if the twin's shapes disagree with it).
 inline Cache empty(int batch, int kv_heads, int head_dim, int bits, int64_t capacity) {
@@ -39,22 +35,11 @@ inline Cache empty(int batch, int kv_heads, int head_dim, int bits, int64_t capa
   Cache c;
   c.B = batch; c.H = kv_heads; c.D = head_dim; c.bits = bits; c.body_capacity = l.body_capacity; c.capacity = l.capacity;
   const int64_t BH = int64_t(batch) * kv_heads, CB = code_bytes(head_dim, bits), cap = l.body_capacity;
-  auto add = [&](const char* n, int eb, std::vector<int64_t> d, std::vector<std::string> names, int64_t layout_bytes) {
-    c.img.arrays.emplace_back();
-    c.img.arrays.back().init(n, eb, std::move(d), std::move(names));
-    if (c.img.arrays.back().bytes() != layout_bytes) {
-      std::fprintf(stderr, "omni_twin: %s holds %lld bytes, omnifmt::layout says %lld\n", n, (long long)c.img.arrays.back().bytes(),
-                   (long long)layout_bytes);
-      std::abort();
-    }
-  };
-  add("k_res", 2, {BH, kResidual, head_dim}, {"bh", "slot", "ch"}, l.res_bytes);
-  add("v_res", 2, {BH, kResidual, head_dim}, {"bh", "slot", "ch"}, l.res_bytes);
-  add("k_codes", 1, {BH, cap, CB}, {"bh", "t", "byte"}, l.codes_bytes);
-  add("v_codes", 1, {BH, cap, CB}, {"bh", "t", "byte"}, l.codes_bytes);
-  add("k_params", 4, {BH, cap / kKeyBlock, head_dim}, {"bh", "block", "ch"}, l.k_params_bytes);
-  add("v_params", 4, {BH, cap, head_dim / kValueGroup}, {"bh", "t", "group"}, l.v_params_bytes);
-  add("k_norms", 2, {batch, cap}, {"b", "t"}, l.norms_bytes);
+  c.img.add_kv("omni_twin", "res", 2, {BH, kResidual, head_dim}, {"bh", "slot", "ch"}, l.res_bytes);
+  c.img.add_kv("omni_twin", "codes", 1, {BH, cap, CB}, {"bh", "t", "byte"}, l.codes_bytes);
+  c.img.add("omni_twin", "k_params", 4, {BH, cap / kKeyBlock, head_dim}, {"bh", "block", "ch"}, l.k_params_bytes);
+  c.img.add("omni_twin", "v_params", 4, {BH, cap, head_dim / kValueGroup}, {"bh", "t", "group"}, l.v_params_bytes);
+  c.img.add("omni_twin", "k_norms", 2, {batch, cap}, {"b", "t"}, l.norms_bytes);
   return c;
 }
 
@@ -94,7 +79,7 @@ inline Cache build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std
           }
           const IntZeroParams p = int_zero_params(mn, mx, bits, 1.0f, ScaleDtype::F16);
           const int64_t pi = (bh * (cap / kKeyBlock) + t0 / kKeyBlock) * D + ch;
-          A[kKParams].as<uint32_t>()[pi] = pack_params(p.p);
+          A[kKParams].as<uint32_t>()[pi] = twins::pack_params(p.p);
           A[kKParams].live[size_t(pi)] = 1;
           for (int i = 0; i < kKeyBlock; ++i)
             pack_code(&kc[(bh * cap + t0 + i) * CB], ch, quantize_value_int_zero(y[i], p, bits, Rounding::HalfEven), bits);
@@ -111,7 +96,7 @@ inline Cache build(const twins::Bf16Rows& k, const twins::Bf16Rows& v, const std
           }
           const IntZeroParams p = int_zero_params(mn, mx, bits, 1.0f, ScaleDtype::F16);
           const int64_t pi = (bh * cap + t) * (D / kValueGroup) + g;
-          A[kVParams].as<uint32_t>()[pi] = pack_params(p.p);
+          A[kVParams].as<uint32_t>()[pi] = twins::pack_params(p.p);
           A[kVParams].live[size_t(pi)] = 1;
           for (int j = 0; j < kValueGroup; ++j) {
             const int ch = g * kValueGroup + j;
@@ -154,13 +139,7 @@ inline F dequant(const Cache& c, bool is_v, int b, int h, int64_t t, int64_t L, 
 
 // Rows [0, L) of (b, h) dequantized into K, V ([L][D], double): the decode reference's cache.
 inline void dequant_head(const Cache& c, int b, int h, int64_t L, std::vector<double>& K, std::vector<double>& V) {
-  K.resize(size_t(L) * c.D);
-  V.resize(K.size());
-  for (int64_t t = 0; t < L; ++t)
-    for (int ch = 0; ch < c.D; ++ch) {
-      K[size_t(t) * c.D + ch] = dequant<double>(c, false, b, h, t, L, ch);
-      V[size_t(t) * c.D + ch] = dequant<double>(c, true, b, h, t, L, ch);
-    }
+  twins::dequant_rows(c.D, L, K, V, [&](bool is_v, int64_t t, int ch) { return dequant<double>(c, is_v, b, h, t, L, ch); });
 }
 
 }  // namespace omni_twin

@@ -1,7 +1,8 @@
 // cov_paged_format.h: THE paged layout of oscar-cov for serving engines (kernels/SERVING_ENGINES.md, section 2):
 // where a token's codes sit in a pool of pages, and the byte sizes of a page and of a window slot. Shared by the
-// paged kernels (kernels/src/cov/cov_paged*.cu), the C API (oscar_kv.h: oscar_cov_paged_*), the tests and the
-// vLLM plugin (kernels/python/oscar_kv/vllm/layout.py mirrors these formulas; its tests compare them).
+// paged kernels (kernels/src/cov/cov_paged*.cu), the C API (oscar_kv.h: oscar_cov_paged_*; oscar_cov_paged_layout_of
+// hands its sizes and offsets to callers), the tests and, through that function, the Python package and the vLLM plugin
+// (kernels/python/oscar_kv/paged.py).
 //
 //   * Pages are addressed by position: token `pos` of a sequence lives in page block_table[pos / P] at offset
 //     pos % P (P = page_tokens, a multiple of 64 so that no decode chunk of 64 INT2 / 32 INT4 tokens crosses a page).

@@ -9,6 +9,7 @@ from ._capi import (  # noqa: F401
     COV_RECENT,
     COV_SINK,
     CovCache,
+    DecodeOptions,
     Error,
     Kernels,
     OmniCache,
@@ -17,6 +18,7 @@ from ._capi import (  # noqa: F401
     ROTATION_MATRIX,
     ROTATION_NONE,
     Rotation,
+    WriteOptions,
     default_library_path,
     load,
 )

@@ -31,10 +31,17 @@ class Rotation(C.Structure):
 ROTATION_NONE, ROTATION_HADAMARD, ROTATION_MATRIX = 0, 1, 2
 
 
-class DecodeLogits(C.Structure):
-    """oscar_decode_logits (oscar_kv.h): softcap (> 0: scores -> softcap tanh(s / softcap)), sinks (device float32
-    [num_q_heads] sink logits joining the softmax denominator, or NULL)."""
-    _fields_ = [("softcap", C.c_float), ("sinks", C.c_void_p)]
+class WriteOptions(C.Structure):
+    """oscar_write_options (oscar_kv.h): the options of a prefill, append or paged write (the rotation of the k, v rows).
+    Passing None instead is the plain write."""
+    _fields_ = [("rotation", Rotation)]
+
+
+class DecodeOptions(C.Structure):
+    """oscar_decode_options (oscar_kv.h): the rotation of q and the output, softcap (> 0: scores -> softcap tanh(s / softcap))
+    and sinks (device float32 [num_q_heads] sink logits joining the softmax denominator, or NULL). Passing None instead
+    is the plain decode."""
+    _fields_ = [("rotation", Rotation), ("softcap", C.c_float), ("sinks", C.c_void_p)]
 
 
 class CovCache(C.Structure):
@@ -68,6 +75,13 @@ class PagedBatch(C.Structure):
                 ("split_tokens", C.c_int32)]
 
 
+class CovPagedLayout(C.Structure):
+    """oscar_cov_paged_layout (oscar_kv.h): the byte sizes and offsets of oscar/cov_paged_format.h for one shape."""
+    _fields_ = [(n, C.c_int64) for n in ("code_bytes", "param_bytes", "token_bytes", "region_bytes", "page_bytes", "k_codes_offset",
+                                         "v_codes_offset", "k_params_offset", "v_params_offset", "bf16_token_bytes",
+                                         "window_slot_bytes")]
+
+
 class OscarError(RuntimeError):
     """A C API call returned a status other than OSCAR_OK: .status (int), .status_name, .message (the library's)."""
 
@@ -99,9 +113,9 @@ def default_library_path():
 
 
 _vp, _i32, _i64, _f32, _size = C.c_void_p, C.c_int32, C.c_int64, C.c_float, C.c_size_t
-_err, _cov, _omni, _rot = C.POINTER(Error), C.POINTER(CovCache), C.POINTER(OmniCache), C.POINTER(Rotation)
-_logits = C.POINTER(DecodeLogits)
-_paged, _batch = C.POINTER(CovPaged), C.POINTER(PagedBatch)
+_err, _cov, _omni = C.POINTER(Error), C.POINTER(CovCache), C.POINTER(OmniCache)
+_wopt, _dopt = C.POINTER(WriteOptions), C.POINTER(DecodeOptions)
+_paged, _batch, _playout = C.POINTER(CovPaged), C.POINTER(PagedBatch), C.POINTER(CovPagedLayout)
 # name: (restype, argtypes); a status-returning function's last argument is its oscar_error*.
 _SIGNATURES = {
     "oscar_status_name": (C.c_char_p, [C.c_int]),
@@ -115,32 +129,23 @@ _SIGNATURES = {
     "oscar_cov_cache_bytes": (_i64, [_i32, _i32, _i32, _i32, _i32, _i32, _i64]),
     "oscar_cov_cache_destroy": (C.c_int, [_cov, _err]),
     "oscar_cov_capacity": (_i64, [_cov]),
-    "oscar_cov_prefill": (C.c_int, [_cov, _vp, _vp, _vp, _i32, _vp, _err]),
-    "oscar_cov_append": (C.c_int, [_cov, _vp, _vp, _vp, _i32, _vp, _err]),
-    "oscar_cov_decode": (C.c_int, [_cov, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
-    "oscar_cov_prefill_rotated": (C.c_int, [_cov, _rot, _vp, _vp, _vp, _i32, _vp, _err]),
-    "oscar_cov_append_rotated": (C.c_int, [_cov, _rot, _vp, _vp, _vp, _i32, _vp, _err]),
-    "oscar_cov_decode_rotated": (C.c_int, [_cov, _rot, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
-    "oscar_cov_decode_ex": (C.c_int, [_cov, _rot, _logits, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
-    "oscar_omni_prefill_rotated": (C.c_int, [_omni, _rot, _vp, _vp, _vp, _i32, _vp, _err]),
-    "oscar_omni_append_rotated": (C.c_int, [_omni, _rot, _vp, _vp, _vp, _i32, _vp, _err]),
-    "oscar_omni_decode_rotated": (C.c_int, [_omni, _rot, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
-    "oscar_omni_decode_ex": (C.c_int, [_omni, _rot, _logits, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
+    "oscar_cov_prefill": (C.c_int, [_cov, _wopt, _vp, _vp, _vp, _i32, _vp, _err]),
+    "oscar_cov_append": (C.c_int, [_cov, _wopt, _vp, _vp, _vp, _i32, _vp, _err]),
+    "oscar_cov_decode": (C.c_int, [_cov, _dopt, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
     "oscar_decode_workspace_bytes": (_size, [_i32, _i32, _i32, _i32, _i32, _i32]),
     "oscar_bf16_decode": (C.c_int, [_vp, _vp, _i32, _i32, _i64, _i32, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
     "oscar_omni_cache_create": (C.c_int, [_omni, _i32, _i32, _i32, _i32, _i64, _err]),
     "oscar_omni_cache_bytes": (_i64, [_i32, _i32, _i32, _i32, _i64]),
     "oscar_omni_cache_destroy": (C.c_int, [_omni, _err]),
     "oscar_omni_capacity": (_i64, [_omni]),
-    "oscar_omni_prefill": (C.c_int, [_omni, _vp, _vp, _vp, _i32, _vp, _err]),
-    "oscar_omni_append": (C.c_int, [_omni, _vp, _vp, _vp, _i32, _vp, _err]),
-    "oscar_omni_decode": (C.c_int, [_omni, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
-    "oscar_cov_paged_page_bytes": (_i64, [_i32, _i32, _i32, _i32]),
-    "oscar_cov_paged_window_bytes": (_i64, [_i32, _i32, _i32, _i32]),
+    "oscar_omni_prefill": (C.c_int, [_omni, _wopt, _vp, _vp, _vp, _i32, _vp, _err]),
+    "oscar_omni_append": (C.c_int, [_omni, _wopt, _vp, _vp, _vp, _i32, _vp, _err]),
+    "oscar_omni_decode": (C.c_int, [_omni, _dopt, _vp, _i32, _vp, _i32, _f32, _vp, _vp, _size, _vp, _err]),
+    "oscar_cov_paged_layout_of": (C.c_int, [_i32, _i32, _i32, _i32, _i32, _i32, _playout, _err]),
     "oscar_cov_paged_default_rule": (None, [_paged]),
     "oscar_cov_paged_workspace_bytes": (_size, [_i32, _i32, _i32, _i32, _i32, _i32]),
-    "oscar_cov_paged_write": (C.c_int, [_paged, _rot, _batch, _vp, _vp, _i64, _i64, _i32, _vp, _vp, _err]),
-    "oscar_cov_paged_decode": (C.c_int, [_paged, _rot, _batch, _vp, _i32, _i32, _f32, _vp, _vp, _size, _vp, _err]),
+    "oscar_cov_paged_write": (C.c_int, [_paged, _wopt, _batch, _vp, _vp, _i64, _i64, _i32, _vp, _vp, _err]),
+    "oscar_cov_paged_decode": (C.c_int, [_paged, _dopt, _batch, _vp, _i32, _i32, _f32, _vp, _vp, _size, _vp, _err]),
 }
 
 
@@ -225,6 +230,13 @@ class Kernels:
 
     def decode_workspace_bytes(self, batch, q_heads, kv_heads, head_dim, max_seq_len, quantized):
         return self.dll.oscar_decode_workspace_bytes(batch, q_heads, kv_heads, head_dim, max_seq_len, int(bool(quantized)))
+
+    def cov_paged_layout(self, page_tokens, kv_heads, head_dim, bits, sink=COV_SINK, recent=COV_RECENT):
+        """The paged layout's sizes and offsets of this shape (oscar_cov_paged_layout); OscarError on a shape the paged
+        cache refuses."""
+        lay = CovPagedLayout()
+        self.call("oscar_cov_paged_layout_of", page_tokens, kv_heads, head_dim, bits, sink, recent, C.byref(lay))
+        return lay
 
 
 _loaded = {}

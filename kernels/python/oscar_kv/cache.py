@@ -7,7 +7,7 @@ argument raises ValueError before any kernel runs; a failing C call raises Oscar
 Inputs: bf16 K/V [batch][kv_heads][tokens][head_dim] (post-RoPE, unrotated: the rotation is applied in the
 kernels), bf16 queries [batch][q_heads][head_dim]; decode returns float32 [batch][q_heads][head_dim], un-rotated.
 Logit modifiers (set at creation or with set_logits): softcap (Gemma 2's attention soft-capping) and per-query-head
-sink logits (gpt-oss), applied inside the decode kernels (oscar_*_decode_ex).
+sink logits (gpt-oss), applied inside the decode kernels (oscar_decode_options).
 """
 import ctypes as C
 
@@ -103,6 +103,7 @@ class _KvCache:
         with torch.cuda.device(self.device):
             self._c = self._create()
             self._rot, self._rot_keep = self.rotation.bind(self.spec, self.device)
+            self._write_options = _capi.WriteOptions(self._rot)
             self.seq_lens = torch.zeros(batch, dtype=torch.int32, device=self.device)
             self._ws_len = self.capacity
             nbytes = self.lib.decode_workspace_bytes(batch, num_q_heads, num_kv_heads, head_dim, self._ws_len, 1)
@@ -145,10 +146,10 @@ class _KvCache:
             sinks.detach().to(device=self.device, dtype=torch.float32).contiguous().clone()
         if self.sinks is not None and not torch.isfinite(self.sinks).all():
             raise ValueError("sinks: holds NaN or Inf; give finite logits")
-        self._logits = _capi.DecodeLogits(self.softcap, self.sinks.data_ptr() if self.sinks is not None else None)
+        self._decode_options = _capi.DecodeOptions(self._rot, self.softcap, self.sinks.data_ptr() if self.sinks is not None else None)
 
     def _call(self, what, *args):
-        self.lib.call(f"oscar_{self._short}_{what}_rotated", C.byref(self._c), C.byref(self._rot), *args)
+        self.lib.call(f"oscar_{self._short}_{what}", C.byref(self._c), C.byref(self._write_options), *args)
 
     # ---- operations
     def prefill(self, k, v, lengths=None):
@@ -188,9 +189,9 @@ class _KvCache:
         if out is None:
             out = torch.empty(q.shape, dtype=torch.float32, device=self.device)
         s = self.spec
-        self.lib.call(f"oscar_{self._short}_decode_ex", C.byref(self._c), C.byref(self._rot), C.byref(self._logits), q.data_ptr(),
-                      s.num_q_heads, self.seq_lens.data_ptr(), max(bound, 1), float(scale), out.data_ptr(),
-                      self.workspace.data_ptr(), self.workspace.numel(), self._stream())
+        self.lib.call(f"oscar_{self._short}_decode", C.byref(self._c), C.byref(self._decode_options), q.data_ptr(), s.num_q_heads,
+                      self.seq_lens.data_ptr(), max(bound, 1), float(scale), out.data_ptr(), self.workspace.data_ptr(),
+                      self.workspace.numel(), self._stream())
         return out
 
     def set_lengths(self, max_len):

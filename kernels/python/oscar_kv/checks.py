@@ -119,8 +119,9 @@ class CacheSpec:
                              "capacity (OscarCache: max_cache_len)")
 
     def check_logits(self, softcap, sinks):
-        """The logit modifiers (oscar_decode_logits): softcap a finite number >= 0 (0 = none); sinks None or a tensor
-        [num_q_heads] (one logit per query head; any float dtype and device: the cache keeps a float32 copy)."""
+        """The logit modifiers (oscar_decode_options' softcap and sinks): softcap a finite number >= 0 (0 = none); sinks
+        None or a tensor [num_q_heads] (one logit per query head; any float dtype and device: the cache keeps a float32
+        copy)."""
         import math
         if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not math.isfinite(softcap) or softcap < 0:
             raise ValueError(f"softcap: {softcap!r}; give a finite number >= 0 (the model's attention soft-capping; 0 = none)")

@@ -1,7 +1,7 @@
 """paged.py: oscar-cov's paged serving layout in numbers, without vLLM or a GPU: the cache-dtype names a serving
 engine takes, what one page and one window slot cost, where a token's codes sit, and the checks that refuse what the
-kernels cannot serve. The formulas are those of kernels/include/oscar/cov_paged_format.h (the tests compare them
-with the C library's oscar_cov_paged_page_bytes / _window_bytes).
+kernels cannot serve. The sizes and offsets come from the C library (oscar_cov_paged_layout_of, the one description
+in kernels/include/oscar/cov_paged_format.h), loaded by _capi.load() (OSCAR_KERNELS_LIB or the build's library).
 
 A page holds `page_tokens` positions of one sequence for every KV head of a layer; head h's region is, in order,
 K codes [P][D*bits/8], V codes [P][D*bits/8], K (scale, zero) fp16x2 [P], V (scale, zero) fp16x2 [P]. The BF16 sink
@@ -9,6 +9,9 @@ K codes [P][D*bits/8], V codes [P][D*bits/8], K (scale, zero) fp16x2 [P], V (sca
 """
 import os
 from dataclasses import dataclass
+from functools import cached_property
+
+from . import _capi
 
 # kv_cache_dtype name -> body bits
 CACHE_DTYPES = {"oscar_cov_int2": 2, "oscar_cov_int4": 4}
@@ -32,6 +35,11 @@ class Unsupported(ValueError):
     """A model, setting or engine the paged oscar-cov cache cannot serve; the message is one line naming the fix."""
 
 
+def _library_field(name, doc):
+    """A PagedLayout property read from the library's oscar_cov_paged_layout."""
+    return property(lambda self: getattr(self._c, name), doc=doc)
+
+
 @dataclass(frozen=True)
 class PagedLayout:
     """One layer's paged oscar-cov geometry."""
@@ -53,33 +61,26 @@ class PagedLayout:
             raise Unsupported(f"page_tokens={self.page_tokens}: pages hold a positive multiple of {PAGE_MULTIPLE} tokens "
                               f"(set the engine's block size to {DEFAULT_PAGE_TOKENS})")
 
-    @property
-    def code_bytes(self):
-        """Packed code bytes of one token row (K or V) of one head."""
-        return self.head_dim * self.bits // 8
+    @cached_property
+    def _c(self):
+        """The library's oscar_cov_paged_layout of this shape (a shape it refuses raises Unsupported with its message)."""
+        try:
+            return _capi.load().cov_paged_layout(self.page_tokens, self.num_kv_heads, self.head_dim, self.bits, self.sink,
+                                                 self.recent)
+        except _capi.OscarError as e:
+            raise Unsupported(e.message) from None
 
-    @property
-    def token_bytes(self):
-        """Bytes of one token of one KV head in a page: K and V codes plus two fp16 (scale, zero) pairs."""
-        return 2 * (self.code_bytes + 4)
-
-    @property
-    def region_bytes(self):
-        return self.page_tokens * self.token_bytes
-
-    @property
-    def page_bytes(self):
-        return self.num_kv_heads * self.region_bytes
+    code_bytes = _library_field("code_bytes", "Packed code bytes of one token row (K or V) of one head.")
+    param_bytes = _library_field("param_bytes", "Bytes of one token row's fp16 (scale, zero) pair (K or V) of one head.")
+    token_bytes = _library_field("token_bytes", "Bytes of one token of one KV head in a page: K and V codes and their pairs.")
+    region_bytes = _library_field("region_bytes", "Bytes of one KV head's region of a page.")
+    page_bytes = _library_field("page_bytes", "Bytes of one page (all KV heads).")
+    window_slot_bytes = _library_field("window_slot_bytes", "One sequence's BF16 sink and recent windows, K and V, all KV heads.")
 
     def offsets(self):
         """Byte offsets inside a head's region: K codes, V codes, K params, V params."""
-        P, CB = self.page_tokens, self.code_bytes
-        return 0, P * CB, 2 * P * CB, 2 * P * CB + 4 * P
-
-    @property
-    def window_slot_bytes(self):
-        """One sequence's BF16 sink and recent windows, K and V, all KV heads."""
-        return self.num_kv_heads * (self.sink + self.recent) * 4 * self.head_dim
+        c = self._c
+        return c.k_codes_offset, c.v_codes_offset, c.k_params_offset, c.v_params_offset
 
     def slot(self, page, offset):
         """The engine's slot number of position `offset` of page `page` (slot_mapping's value)."""
@@ -95,7 +96,7 @@ class PagedLayout:
         """Byte offset in the page pool of the code row of token `slot`, KV head `head` (keys, or values)."""
         page, off = self.page_of(slot)
         base = page * self.page_bytes + head * self.region_bytes
-        return base + (self.offsets()[1] if value else 0) + off * self.code_bytes
+        return base + self.offsets()[1 if value else 0] + off * self.code_bytes
 
     def bytes_per_token(self):
         """Pool bytes per cached token (all KV heads of one layer), windows not counted."""
@@ -103,7 +104,7 @@ class PagedLayout:
 
     def bf16_ratio(self):
         """How many times fewer pool bytes a token takes than in a BF16 page."""
-        return (4 * self.head_dim) / self.token_bytes
+        return self._c.bf16_token_bytes / self.token_bytes
 
 
 def decode_split_tokens(max_model_len, env=None):

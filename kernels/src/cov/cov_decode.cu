@@ -27,6 +27,7 @@
 #include "api_util.h"
 #include "cov/cov_kernels.h"
 #include "decode/bf16_tile.cuh"
+#include "decode/decode_grid.cuh"
 #include "decode/partials.cuh"
 #include "decode/shapes.h"
 #include "decode/split_plan.h"
@@ -47,7 +48,12 @@ struct IntStage {
   static constexpr int CH = BITS == 2 ? 64 : 32;  // tokens per warp chunk
   static constexpr int CB = HD * BITS / 8;        // bytes per token row
   static constexpr int BYTES = CH * (2 * CB + 8);
+  static constexpr int V_CODES = CH * CB, K_PARAMS = 2 * CH * CB, V_PARAMS = K_PARAMS + CH * 4;  // byte offsets of the arrays
   static_assert(CB % 16 == 0, "rows of whole 16-byte pieces");
+  static constexpr int KW = HD * BITS / 128;  // words per lane per token for QK (channels HD/4 t ..)
+  static constexpr int VB = HD * BITS / 64;   // bytes per lane per token for PV (channels HD/8 g ..)
+  static constexpr int VW = VB >= 4 ? VB / 4 : 1;
+  static constexpr int PW = 16 / BITS;        // code pairs per word
 };
 
 // Issues the copies of body tokens [base, base + n) (n in [1, CH]) into a stage; rows >= n repeat row
@@ -62,13 +68,13 @@ __device__ __forceinline__ void issue_chunk(uint8_t* stg, const uint8_t* __restr
   for (int p = lane; p < S::CH * R16; p += 32) {
     const int r = min(p / R16, n - 1), c = p % R16;
     cp_async16(stg + p * 16, kc + (base + r) * S::CB + c * 16);
-    cp_async16(stg + S::CH * S::CB + p * 16, vc + (base + r) * S::CB + c * 16);
+    cp_async16(stg + S::V_CODES + p * 16, vc + (base + r) * S::CB + c * 16);
   }
 #pragma unroll
   for (int p = lane; p < S::CH; p += 32) {
     const int r = min(p, n - 1);
-    cp_async4(stg + 2 * S::CH * S::CB + p * 4, kp + base + r);
-    cp_async4(stg + 2 * S::CH * S::CB + S::CH * 4 + p * 4, vp + base + r);
+    cp_async4(stg + S::K_PARAMS + p * 4, kp + base + r);
+    cp_async4(stg + S::V_PARAMS + p * 4, vp + base + r);
   }
 }
 
@@ -98,7 +104,7 @@ __host__ __device__ constexpr float vpos_factor(int mt, int rh) {
 // The value rows of sub-tile u a lane reads for its PV A fragments: tokens 16u + 2t, +1, +8, +9, channels [CPT g, ..).
 template <int HD, int BITS, int VW>
 __device__ __forceinline__ void load_v_rows(const uint8_t* vc, int u, int g, int t, uint32_t (&vw)[4][VW]) {
-  constexpr int CB = IntStage<HD, BITS>::CB, VB = HD * BITS / 64;
+  constexpr int CB = IntStage<HD, BITS>::CB, VB = IntStage<HD, BITS>::VB;
 #pragma unroll
   for (int r = 0; r < 4; ++r) load_words<VW, (VB < 4)>(vc + (16 * u + 2 * t + (r & 1) + 8 * (r >> 1)) * CB + g * VB, vw[r]);
 }
@@ -133,17 +139,9 @@ __device__ __forceinline__ void int_chunk(WarpState<HD>& st, const uint8_t* stg,
                                           const float (&qsum)[2], const float (&qbias)[2], float sl2, float cap2, uint16_t* ps, int g,
                                           int t) {
   using S = IntStage<HD, BITS>;
-  constexpr int MT = Tiles<HD>::MT;
-  constexpr int SUB = S::CH / 16;
-  constexpr int CB = S::CB;
-  constexpr int KW = HD * BITS / 128;   // words per lane per token for QK (channels HD/4 t ..)
-  constexpr int VB = HD * BITS / 64;    // bytes per lane per token for PV (channels HD/8 g ..)
-  constexpr int VW = VB >= 4 ? VB / 4 : 1;
-  constexpr int PW = 16 / BITS;         // code pairs per word
-  const uint8_t* kc = stg;
-  const uint8_t* vc = stg + S::CH * CB;
-  const uint32_t* kp = reinterpret_cast<const uint32_t*>(stg + 2 * S::CH * CB);
-  const uint32_t* vp = kp + S::CH;
+  constexpr int MT = Tiles<HD>::MT, SUB = S::CH / 16, CB = S::CB, KW = S::KW, VW = S::VW, PW = S::PW;
+  const uint8_t *kc = stg, *vc = stg + S::V_CODES;
+  const uint32_t *kp = reinterpret_cast<const uint32_t*>(stg + S::K_PARAMS), *vp = reinterpret_cast<const uint32_t*>(stg + S::V_PARAMS);
   // Scores.
   float s[SUB][4];
 #pragma unroll
@@ -243,17 +241,9 @@ __device__ __forceinline__ void int_chunk_dense(WarpState<HD>& st, const uint8_t
                                                 const float (&qsum)[2], const float (&qbias)[2], float sl2, float cap2, uint16_t* ps, int g,
                                                 int t) {
   using S = IntStage<HD, BITS>;
-  constexpr int MT = Tiles<HD>::MT;
-  constexpr int PAIRS = S::CH / 32;
-  constexpr int CB = S::CB;
-  constexpr int KW = HD * BITS / 128;
-  constexpr int VB = HD * BITS / 64;
-  constexpr int VW = VB >= 4 ? VB / 4 : 1;
-  constexpr int PW = 16 / BITS;
-  const uint8_t* kc = stg;
-  const uint8_t* vc = stg + S::CH * CB;
-  const uint32_t* kp = reinterpret_cast<const uint32_t*>(stg + 2 * S::CH * CB);
-  const uint32_t* vp = kp + S::CH;
+  constexpr int MT = Tiles<HD>::MT, PAIRS = S::CH / 32, CB = S::CB, KW = S::KW, VW = S::VW, PW = S::PW;
+  const uint8_t *kc = stg, *vc = stg + S::V_CODES;
+  const uint32_t *kp = reinterpret_cast<const uint32_t*>(stg + S::K_PARAMS), *vp = reinterpret_cast<const uint32_t*>(stg + S::V_PARAMS);
   const int hs = t >> 1;  // the sub-tile of a pair whose scores this lane holds
   float s[PAIRS][4];
 #pragma unroll
@@ -481,21 +471,14 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) decode_k
 }  // namespace
 
 template <int HD, int BITS>
-oscar_status cov_decode(const CovView& c, const DecodeArgs& a, cudaStream_t s, oscar_error* err) {
-  const char* fn = "oscar_cov_decode";
-  constexpr size_t smem = decode_smem_bytes<HD, BITS>();
+oscar_status cov_decode(const CovView& c, const DecodeArgs& a, const Launch& l) {
   const bool dense = OSCAR_LEVER_DENSE && a.G <= 4;  // query groups of at most 4 heads: dense query packing
   auto* kern = c.pages ? (dense ? decode_kernel<HD, BITS, true, true> : decode_kernel<HD, BITS, false, true>)
                        : (dense ? decode_kernel<HD, BITS, true, false> : decode_kernel<HD, BITS, false, false>);
-  // set on every call (no global state; a cheap host-side attribute write)
-  OSCAR_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), err, fn);
-  const dim3 grid(a.np, static_cast<unsigned>(static_cast<int64_t>(c.B) * c.Hkv), a.QS / kQSlots);
-  kern<<<grid, kWarps * 32, smem, s>>>(c, a);
-  return api::check_launch(err, fn);
+  return launch_decode_grid(kern, decode_smem_bytes<HD, BITS>(), c, a, l);
 }
 
-#define OSCAR_COV_DECODE_INSTANCE(HD, BITS) \
-  template oscar_status cov_decode<HD, BITS>(const CovView&, const DecodeArgs&, cudaStream_t, oscar_error*);
+#define OSCAR_COV_DECODE_INSTANCE(HD, BITS) template oscar_status cov_decode<HD, BITS>(const CovView&, const DecodeArgs&, const Launch&);
 OSCAR_KV_SHAPES(OSCAR_COV_DECODE_INSTANCE)
 
 }  // namespace oscar::kernels

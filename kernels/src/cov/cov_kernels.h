@@ -1,11 +1,12 @@
 // cov/cov_kernels.h: the oscar-cov kernels' host entry points, one per (head_dim, bits) of decode/shapes.h,
-// and the format's dispatch table (cov_kernels() in cov/cov_api.cu). CovView is the device view of an oscar_cov_cache
-// (layout oscar/cov_format.h) after the C API has checked it.
+// and the format's dispatch table (cov_kernels() in cov/cov_api.cu; signatures: api/format_kernels.h). CovView is the
+// device view of an oscar_cov_cache (layout oscar/cov_format.h) or of an oscar_cov_paged after the C API has checked it.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "api/format_kernels.h"
 #include "decode/args.h"
 #include "oscar/quant_rules.h"
 #include "oscar_kernels.h"
@@ -41,25 +42,15 @@ struct PagedWriteArgs {
   const int64_t* slots;        // [num_tokens] page * P + offset, < 0: no codes written
 };
 
+template <int HD, int BITS> oscar_status cov_prefill(const CovView& c, const WriteArgs& w, const Launch& l);
+template <int HD, int BITS> oscar_status cov_append(const CovView& c, const WriteArgs& w, const Launch& l);
+template <int HD, int BITS> oscar_status cov_decode(const CovView& c, const DecodeArgs& a, const Launch& l);  // paged when c.pages
 // rot: in-kernel rotation of the unrotated k/v rows (kind 0: the rows are already rotated).
 template <int HD, int BITS>
-oscar_status cov_prefill(const CovView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len,
-                         cudaStream_t s, oscar_error* err);
-template <int HD, int BITS>
-oscar_status cov_append(const CovView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s,
-                        oscar_error* err);
-template <int HD, int BITS>
-oscar_status cov_decode(const CovView& c, const DecodeArgs& a, cudaStream_t s, oscar_error* err);  // decode grid only (no merge); paged when c.pages
-template <int HD, int BITS>
-oscar_status cov_paged_write(const CovView& c, const RotArgs& rot, const PagedWriteArgs& w, cudaStream_t s, oscar_error* err);
+oscar_status cov_paged_write(const CovView& c, const RotArgs& rot, const PagedWriteArgs& w, const Launch& l);
 
-struct CovKernels {
-  int head_dim, bits;
-  oscar_status (*prefill)(const CovView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, cudaStream_t,
-                          oscar_error*);
-  oscar_status (*append)(const CovView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*, cudaStream_t, oscar_error*);
-  oscar_status (*decode)(const CovView&, const DecodeArgs&, cudaStream_t, oscar_error*);
-  oscar_status (*paged_write)(const CovView&, const RotArgs&, const PagedWriteArgs&, cudaStream_t, oscar_error*);
+struct CovKernels : FormatKernels<CovView> {
+  oscar_status (*paged_write)(const CovView&, const RotArgs&, const PagedWriteArgs&, const Launch&);
 };
 // The row rule of a cache's fields (clip_k, clip_v, clip_mode, rounding) checked into v's rule fields (both cache kinds).
 oscar_status check_cov_rule(float clip_k, float clip_v, int32_t clip_mode, int32_t rounding, int head_dim, const char* fn, oscar_error* err,

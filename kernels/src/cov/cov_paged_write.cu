@@ -73,24 +73,9 @@ __global__ void __launch_bounds__(256) paged_write_kernel(CovView c, RotArgs rot
         in_range = false;  // no rotated row to read (the host sends only steps whose every token has a window row)
       }
     }
-    uint4 kin = reinterpret_cast<const uint4*>(ksrc)[li];
-    uint4 vin = reinterpret_cast<const uint4*>(vsrc)[li];
-    float kx[8], vx[8];
-    bf16x8_to_float(kin, kx);
-    bf16x8_to_float(vin, vx);
-    if constexpr (ROT) {
-      rotate_row8<HD>(kx, rot.kind, rot.kind == 2 ? head_matrix(rot.key, rot.per_head, h, HD) : nullptr, li, mask);
-      rotate_row8<HD>(vx, rot.kind, rot.kind == 2 ? head_matrix(rot.value, rot.per_head, h, HD) : nullptr, li, mask);
-      kin = pack8_bf16(kx);
-      vin = pack8_bf16(vx);
-    }
+    uint4 kin, vin;
     uint32_t kbits, kpar, vbits, vpar;
-    float thk = -1.0f, thv = -1.0f;
-    if (c.quantile_k >= 0 && c.quantile_v >= 0) row_quantiles_kv<HD>(kx, c.quantile_k, vx, c.quantile_v, mask, thk, thv);
-    else if (c.quantile_k >= 0) thk = row_quantile<HD>(kx, c.quantile_k, mask);
-    else if (c.quantile_v >= 0) thv = row_quantile<HD>(vx, c.quantile_v, mask);
-    quantize_row<HD, BITS>(kx, c.clip_k, thk, c.rounding, mask, kbits, kpar);
-    quantize_row<HD, BITS>(vx, c.clip_v, thv, c.rounding, mask, vbits, vpar);
+    quantize_kv_row<HD, BITS, ROT>(c, rot, ksrc, vsrc, [&] { return h; }, li, mask, kin, vin, kbits, kpar, vbits, vpar);
     if (!in_range) continue;
     const int64_t slot = w.slots[i];
     if (slot < 0) continue;  // an engine's padding token: nothing written
@@ -136,11 +121,12 @@ struct WindowRows {
 }  // namespace
 
 template <int HD, int BITS>
-oscar_status cov_paged_write(const CovView& c, const RotArgs& rot, const PagedWriteArgs& w, cudaStream_t s, oscar_error* err) {
+oscar_status cov_paged_write(const CovView& c, const RotArgs& rot, const PagedWriteArgs& w, const Launch& l) {
   const int64_t rows = static_cast<int64_t>(w.num_tokens) * c.Hkv;
   const int64_t per_block = 256 / (HD / 8);
   const int64_t want = (rows + per_block - 1) / per_block, cap = 16LL * plan::sm_count();
   const unsigned blocks = static_cast<unsigned>(want < cap ? want : cap);
+  const cudaStream_t s = l.stream;
   if (blocks == 0) return OSCAR_OK;
   if (rot.kind == 2 && w.num_tokens <= c.W) {  // every token has its own window row (the last W of its sequence)
     const WindowRows rows{c, rot, w, HD};
@@ -151,11 +137,11 @@ oscar_status cov_paged_write(const CovView& c, const RotArgs& rot, const PagedWr
   } else {
     paged_write_kernel<HD, BITS, false, false><<<blocks, 256, 0, s>>>(c, rot, w);
   }
-  return api::check_launch(err, "oscar_cov_paged_write");
+  return api::check_launch(l.err, l.fn);
 }
 
 #define OSCAR_COV_PAGED_WRITE_INSTANCE(HD, BITS) \
-  template oscar_status cov_paged_write<HD, BITS>(const CovView&, const RotArgs&, const PagedWriteArgs&, cudaStream_t, oscar_error*);
+  template oscar_status cov_paged_write<HD, BITS>(const CovView&, const RotArgs&, const PagedWriteArgs&, const Launch&);
 OSCAR_KV_SHAPES(OSCAR_COV_PAGED_WRITE_INSTANCE)
 
 }  // namespace oscar::kernels

@@ -38,25 +38,10 @@ __global__ void __launch_bounds__(256) prefill_kernel(CovView c, RotArgs rot, co
     int len = lens[b];
     len = len < 0 ? 0 : (len > max_len ? max_len : len);
     const bool live = in_range && t < len;
-    uint4 kin = reinterpret_cast<const uint4*>(k + row * HD)[li];
-    uint4 vin = reinterpret_cast<const uint4*>(v + row * HD)[li];
-    float kx[8], vx[8];
-    bf16x8_to_float(kin, kx);
-    bf16x8_to_float(vin, vx);
-    if constexpr (ROT) {  // in-kernel rotation of the unrotated input (every lane runs it: the shuffles need the whole row)
-      const int h = static_cast<int>(bh % c.Hkv);
-      rotate_row8<HD>(kx, rot.kind, rot.kind == 2 ? head_matrix(rot.key, rot.per_head, h, HD) : nullptr, li, mask);
-      rotate_row8<HD>(vx, rot.kind, rot.kind == 2 ? head_matrix(rot.value, rot.per_head, h, HD) : nullptr, li, mask);
-      kin = pack8_bf16(kx);
-      vin = pack8_bf16(vx);
-    }
+    const auto head = [&] { return static_cast<int>(bh % c.Hkv); };
+    uint4 kin, vin;
     uint32_t kbits, kpar, vbits, vpar;
-    float thk = -1.0f, thv = -1.0f;  // the quantile clip's thresholds (uniform: one cache field each)
-    if (c.quantile_k >= 0 && c.quantile_v >= 0) row_quantiles_kv<HD>(kx, c.quantile_k, vx, c.quantile_v, mask, thk, thv);
-    else if (c.quantile_k >= 0) thk = row_quantile<HD>(kx, c.quantile_k, mask);
-    else if (c.quantile_v >= 0) thv = row_quantile<HD>(vx, c.quantile_v, mask);
-    quantize_row<HD, BITS>(kx, c.clip_k, thk, c.rounding, mask, kbits, kpar);
-    quantize_row<HD, BITS>(vx, c.clip_v, thv, c.rounding, mask, vbits, vpar);
+    quantize_kv_row<HD, BITS, ROT>(c, rot, k + row * HD, v + row * HD, head, li, mask, kin, vin, kbits, kpar, vbits, vpar);
     if (!live) continue;
     const int64_t nb = covfmt::body_tokens(len, c.S, c.W);
     if (t < c.S) {
@@ -140,41 +125,36 @@ struct NewTokenRows {
 }  // namespace
 
 template <int HD, int BITS>
-oscar_status cov_prefill(const CovView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len,
-                         cudaStream_t s, oscar_error* err) {
-  const int64_t rows = static_cast<int64_t>(c.B) * c.Hkv * max_len;
+oscar_status cov_prefill(const CovView& c, const WriteArgs& w, const Launch& l) {
+  const int64_t rows = static_cast<int64_t>(c.B) * c.Hkv * w.max_len;
   const int64_t per_block = 256 / (HD / 8);
   const int64_t want = (rows + per_block - 1) / per_block, cap = 16LL * plan::sm_count();
   const unsigned blocks = static_cast<unsigned>(want < cap ? want : cap);
-  if (rot.kind) prefill_kernel<HD, BITS, true><<<blocks, 256, 0, s>>>(c, rot, k, v, lens, max_len);
-  else prefill_kernel<HD, BITS, false><<<blocks, 256, 0, s>>>(c, rot, k, v, lens, max_len);
-  return api::check_launch(err, "oscar_cov_prefill");
+  if (w.rot.kind) prefill_kernel<HD, BITS, true><<<blocks, 256, 0, l.stream>>>(c, w.rot, w.k, w.v, w.lens, w.max_len);
+  else prefill_kernel<HD, BITS, false><<<blocks, 256, 0, l.stream>>>(c, w.rot, w.k, w.v, w.lens, w.max_len);
+  return api::check_launch(l.err, l.fn);
 }
 
 template <int HD, int BITS>
-oscar_status cov_append(const CovView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s,
-                        oscar_error* err) {
+oscar_status cov_append(const CovView& c, const WriteArgs& w, const Launch& l) {
   const int64_t threads = static_cast<int64_t>(c.B) * c.Hkv * 2 * (HD / 8);
-  if (rot.kind == 2) {  // dense matrices: the demotion, then the new rows rotated a 32-column slice per warp
+  const cudaStream_t s = l.stream;
+  if (w.rot.kind == 2) {  // dense matrices: the demotion, then the new rows rotated a 32-column slice per warp
     const unsigned blocks = static_cast<unsigned>((threads + 255) / 256);
-    append_kernel<HD, BITS, false, false><<<blocks, 256, 0, s>>>(c, rot, k, v, lens);
-    const NewTokenRows rows{c, rot, k, v, lens, HD};
+    append_kernel<HD, BITS, false, false><<<blocks, 256, 0, s>>>(c, w.rot, w.k, w.v, w.lens);
+    const NewTokenRows rows{c, w.rot, w.k, w.v, w.lens, HD};
     launch_rotate_rows<HD, false, false, false>(rows, 2LL * c.B * c.Hkv, s);
-  } else if (rot.kind) {  // Hadamard: butterflies in registers, one warp per block (the rows spread over the SMs)
+  } else if (w.rot.kind) {  // Hadamard: butterflies in registers, one warp per block (the rows spread over the SMs)
     const unsigned blocks = static_cast<unsigned>((threads + 31) / 32);
-    append_kernel<HD, BITS, true><<<blocks, 32, 0, s>>>(c, rot, k, v, lens);
+    append_kernel<HD, BITS, true><<<blocks, 32, 0, s>>>(c, w.rot, w.k, w.v, w.lens);
   } else {
     const unsigned blocks = static_cast<unsigned>((threads + 255) / 256);
-    append_kernel<HD, BITS, false><<<blocks, 256, 0, s>>>(c, rot, k, v, lens);
+    append_kernel<HD, BITS, false><<<blocks, 256, 0, s>>>(c, w.rot, w.k, w.v, w.lens);
   }
-  return api::check_launch(err, "oscar_cov_append");
+  return api::check_launch(l.err, l.fn);
 }
 
-#define OSCAR_COV_QUANTIZE_INSTANCE(HD, BITS)                                                                                  \
-  template oscar_status cov_prefill<HD, BITS>(const CovView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, \
-                                              cudaStream_t, oscar_error*);                                                     \
-  template oscar_status cov_append<HD, BITS>(const CovView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*,       \
-                                             cudaStream_t, oscar_error*);
+#define OSCAR_COV_QUANTIZE_INSTANCE(HD, BITS) OSCAR_WRITE_ENTRIES_AT(cov, CovView, HD, BITS)
 OSCAR_KV_SHAPES(OSCAR_COV_QUANTIZE_INSTANCE)
 
 }  // namespace oscar::kernels

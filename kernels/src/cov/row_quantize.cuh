@@ -2,10 +2,11 @@
 // and the paged writer (cov_paged_write.cu): a token row of head_dim HD held as 8 values per lane by HD/8 lanes, OSCAR's
 // per-row quantile clamp (row_quantile: a pop of the largest values, or a radix search) or a ratio clip, token-wise
 // min/max, fp16 (scale, zero), codes by oscar::group_params / div_by_recip / rounded_code (bit-exact with the CPU's
-// quantize_value), and the packed code store.
+// quantize_value), the packed code store, and a token's K and V rows read, rotated and quantized by the cache's rule.
 #pragma once
 #include <cstdint>
 
+#include "cov/cov_kernels.h"
 #include "decode/mma.cuh"
 #include "decode/rotate.cuh"
 #include "oscar/quant_rules.h"
@@ -174,6 +175,35 @@ template <int BITS>
 __device__ __forceinline__ void store_codes(uint8_t* row, int lane_in_row, uint32_t bits) {
   if constexpr (BITS == 2) reinterpret_cast<uint16_t*>(row)[lane_in_row] = static_cast<uint16_t>(bits);
   else reinterpret_cast<uint32_t*>(row)[lane_in_row] = bits;
+}
+
+// A token's K and V rows quantized: reads this lane's 8 bf16 channels of each at ksrc, vsrc into kin, vin; when ROT
+// rotates them in the kernel (every lane of the row runs it: the shuffles need the whole row) by the matrices of KV head
+// head() (or the Hadamard) and leaves the rotated bf16 channels in kin, vin; then quantizes both by the cache's rule (the
+// quantile clip's thresholds are uniform: one cache field each) into the lane's code bits and (scale, zero) pairs.
+template <int HD, int BITS, bool ROT, class Head>
+__device__ __forceinline__ void quantize_kv_row(const CovView& c, const RotArgs& rot, const uint16_t* __restrict__ ksrc,
+                                                const uint16_t* __restrict__ vsrc, Head head,
+                                                int li, unsigned mask, uint4& kin, uint4& vin, uint32_t& kbits, uint32_t& kpar,
+                                                uint32_t& vbits, uint32_t& vpar) {
+  kin = reinterpret_cast<const uint4*>(ksrc)[li];
+  vin = reinterpret_cast<const uint4*>(vsrc)[li];
+  float kx[8], vx[8];
+  bf16x8_to_float(kin, kx);
+  bf16x8_to_float(vin, vx);
+  if constexpr (ROT) {
+    const int h = head();
+    rotate_row8<HD>(kx, rot.kind, rot.kind == 2 ? head_matrix(rot.key, rot.per_head, h, HD) : nullptr, li, mask);
+    rotate_row8<HD>(vx, rot.kind, rot.kind == 2 ? head_matrix(rot.value, rot.per_head, h, HD) : nullptr, li, mask);
+    kin = pack8_bf16(kx);
+    vin = pack8_bf16(vx);
+  }
+  float thk = -1.0f, thv = -1.0f;
+  if (c.quantile_k >= 0 && c.quantile_v >= 0) row_quantiles_kv<HD>(kx, c.quantile_k, vx, c.quantile_v, mask, thk, thv);
+  else if (c.quantile_k >= 0) thk = row_quantile<HD>(kx, c.quantile_k, mask);
+  else if (c.quantile_v >= 0) thv = row_quantile<HD>(vx, c.quantile_v, mask);
+  quantize_row<HD, BITS>(kx, c.clip_k, thk, c.rounding, mask, kbits, kpar);
+  quantize_row<HD, BITS>(vx, c.clip_v, thv, c.rounding, mask, vbits, vpar);
 }
 
 }  // namespace

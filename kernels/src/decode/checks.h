@@ -2,8 +2,6 @@
 // (host only): bf16 inputs of prefill/append, the append bound, decode shapes/pointers/lengths, and the
 // per-call fields of a planned decode step (after checking the caller's workspace against the plan).
 #pragma once
-#include <cmath>
-
 #include "api_util.h"
 #include "decode/args.h"
 #include "decode/split_plan.h"
@@ -39,18 +37,6 @@ inline oscar_status check_decode_args(const char* fn, const void* q, int32_t hq,
   if (max_len < 0) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d is negative", fn, max_len);
   if (max_len > capacity)
     return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: max_seq_len=%d exceeds the cache capacity %lld", fn, max_len, (long long)capacity);
-  return OSCAR_OK;
-}
-
-// The logit modifiers of a *_decode_ex call (oscar_decode_logits) into a's cap2 / sinks; null leaves DecodeArgs' defaults (none).
-inline oscar_status check_logits(const oscar_decode_logits* l, const char* fn, oscar_error* err, DecodeArgs& a) {
-  if (!l) return OSCAR_OK;
-  if (!(l->softcap >= 0.f) || l->softcap == INFINITY)  // NaN fails the first test
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: logits->softcap=%g must be finite and >= 0 (0 = no soft-capping)", fn,
-                     static_cast<double>(l->softcap));
-  if (l->sinks && !api::aligned(l->sinks, 4)) return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: logits->sinks must be 4-byte aligned", fn);
-  a.cap2 = l->softcap * kLog2e;
-  a.sinks = l->sinks;
   return OSCAR_OK;
 }
 

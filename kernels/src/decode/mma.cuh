@@ -53,25 +53,25 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t mask, uint32_t m
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(mask), "r"(magic));  // 0xEA: (a & b) | c
   return r;
 }
-template <int BITS>
-__device__ __forceinline__ uint32_t codes_f16x2(uint32_t w, int i) {  // value 1024 + code * 2^(BITS*pos)
-  using M = MagicPos<BITS, 10>;
+// The pair (code i, code i + 16/BITS) of w as the 16-bit float pair MAGIC + code * 2^(BITS*pos) of a format with
+// MANT mantissa bits (the struct comment above).
+template <int BITS, int MANT, uint32_t MAGIC>
+__device__ __forceinline__ uint32_t codes_x2(uint32_t w, int i) {
+  using M = MagicPos<BITS, MANT>;
   constexpr uint32_t mask = BITS == 2 ? 0x00030003u : 0x000F000Fu;
 #if OSCAR_LEVER_LOP3
-  return and_or(w >> M::shift(i), mask << (BITS * M::pos(i)), 0x64006400u);
+  return and_or(w >> M::shift(i), mask << (BITS * M::pos(i)), MAGIC);
 #else
-  return ((w >> M::shift(i)) & (mask << (BITS * M::pos(i)))) | 0x64006400u;
+  return ((w >> M::shift(i)) & (mask << (BITS * M::pos(i)))) | MAGIC;
 #endif
 }
 template <int BITS>
+__device__ __forceinline__ uint32_t codes_f16x2(uint32_t w, int i) {  // value 1024 + code * 2^(BITS*pos)
+  return codes_x2<BITS, 10, 0x64006400u>(w, i);
+}
+template <int BITS>
 __device__ __forceinline__ uint32_t codes_bf16x2(uint32_t w, int i) {  // value 128 + code * 2^(BITS*pos)
-  using M = MagicPos<BITS, 7>;
-  constexpr uint32_t mask = BITS == 2 ? 0x00030003u : 0x000F000Fu;
-#if OSCAR_LEVER_LOP3
-  return and_or(w >> M::shift(i), mask << (BITS * M::pos(i)), 0x43004300u);
-#else
-  return ((w >> M::shift(i)) & (mask << (BITS * M::pos(i)))) | 0x43004300u;
-#endif
+  return codes_x2<BITS, 7, 0x43004300u>(w, i);
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {

@@ -23,30 +23,38 @@ __device__ __forceinline__ unsigned row_lanes_mask(int lane) {
   else return ((1u << LR) - 1u) << (lane & ~(LR - 1));
 }
 
+// The unnormalized Walsh-Hadamard butterflies of a row held as P consecutive values per lane by LANES consecutive lanes
+// (lane li of the row holds elements [li P, li P + P)), in fwht_inplace's order: strides < P in registers, strides >= P
+// with lane li ^ (stride / P) by shuffle within the row's lanes (mask).
+template <int P, int LANES>
+__device__ __forceinline__ void fwht_lanes(float (&x)[P], int li, unsigned mask) {
+#pragma unroll
+  for (int s = 1; s < P; s <<= 1)
+#pragma unroll
+    for (int i = 0; i < P; i += 2 * s)
+#pragma unroll
+      for (int j = i; j < i + s; ++j) {
+        const float a = x[j], b = x[j + s];
+        x[j] = a + b;
+        x[j + s] = a - b;
+      }
+#pragma unroll
+  for (int ls = 1; ls < LANES; ls <<= 1) {
+    const bool upper = (li & ls) != 0;
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const float other = __shfl_xor_sync(mask, x[i], ls, LANES);
+      x[i] = upper ? (other - x[i]) : (x[i] + other);
+    }
+  }
+}
+
 // x: this lane's 8 channels of the row; kind 1 Hadamard, 2 matrix R (this head's); mask: the row's lanes.
 template <int HD>
 __device__ __forceinline__ void rotate_row8(float (&x)[8], int kind, const float* __restrict__ R, int li, unsigned mask) {
   constexpr int LR = HD / 8;
   if (kind == 1) {
-#pragma unroll
-    for (int s = 1; s < 8; s <<= 1)
-#pragma unroll
-      for (int i = 0; i < 8; i += 2 * s)
-#pragma unroll
-        for (int j = i; j < i + s; ++j) {
-          const float a = x[j], b = x[j + s];
-          x[j] = a + b;
-          x[j + s] = a - b;
-        }
-#pragma unroll
-    for (int ls = 1; ls < LR; ls <<= 1) {
-      const bool upper = (li & ls) != 0;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const float other = __shfl_xor_sync(mask, x[i], ls, LR);
-        x[i] = upper ? (other - x[i]) : (x[i] + other);
-      }
-    }
+    fwht_lanes<8, LR>(x, li, mask);
     const float c = fwht_scale(HD);
 #pragma unroll
     for (int i = 0; i < 8; ++i) x[i] *= c;

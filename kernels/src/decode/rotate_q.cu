@@ -1,4 +1,4 @@
-// decode/rotate_q.cu: query rotation before a rotated decode (decode/rotate_q.h) and the check of oscar_rotation.
+// decode/rotate_q.cu: query rotation before a rotated decode (decode/rotate_q.h) and the check of an options' oscar_rotation.
 #include "api_util.h"
 #include "decode/mma.cuh"
 #include "decode/rotate.cuh"
@@ -63,21 +63,19 @@ oscar_status launch_rotate_q(const RotArgs& rot, const uint16_t* q, uint16_t* ds
   return api::check_launch(err, fn);
 }
 
-oscar_status check_rotation(const void* rotation, int head_dim, const char* fn, oscar_error* err, RotArgs& out) {
+oscar_status check_rotation(const oscar_rotation* r, const char* fn, oscar_error* err, RotArgs& out) {
   out = RotArgs{};
-  if (!rotation) return OSCAR_OK;
-  const auto* r = static_cast<const oscar_rotation*>(rotation);
-  if (r->kind == OSCAR_ROTATION_NONE) return OSCAR_OK;
+  if (!r || r->kind == OSCAR_ROTATION_NONE) return OSCAR_OK;
   if (r->kind != OSCAR_ROTATION_HADAMARD && r->kind != OSCAR_ROTATION_MATRIX)
-    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: rotation->kind=%d unknown (0 none, 1 Hadamard, 2 matrix)", fn, r->kind);
+    return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: options->rotation.kind=%d unknown (0 none, 1 Hadamard, 2 matrix)", fn, r->kind);
   if (r->kind == OSCAR_ROTATION_MATRIX) {
-    if (!r->key || !r->value) return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: rotation->key or rotation->value is NULL", fn);
+    if (!r->key || !r->value)
+      return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: options->rotation.key or options->rotation.value is NULL", fn);
     if (!api::aligned(r->key, 16) || !api::aligned(r->value, 16))
-      return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: rotation->key/value must be 16-byte aligned", fn);
+      return api::fail(err, OSCAR_ERR_MISALIGNED, "%s: options->rotation.key/value must be 16-byte aligned", fn);
     if (r->per_head != 0 && r->per_head != 1)
-      return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: rotation->per_head=%d must be 0 or 1", fn, r->per_head);
+      return api::fail(err, OSCAR_ERR_INVALID_ARGUMENT, "%s: options->rotation.per_head=%d must be 0 or 1", fn, r->per_head);
   }
-  (void)head_dim;
   out.kind = r->kind;
   out.per_head = r->kind == OSCAR_ROTATION_MATRIX ? r->per_head : 0;
   out.key = r->key;

@@ -1,4 +1,4 @@
-// decode/rotate_q.h: the query rotation a *_decode_rotated call runs before its decode grid: q' = bf16(q R_K) (or
+// decode/rotate_q.h: the query rotation a rotated decode runs before its decode grid: q' = bf16(q R_K) (or
 // the normalized Hadamard) for every (sequence, query head) row, the R_K of the row's KV head (oscar/rotate_math.h).
 #pragma once
 #include <cuda_runtime.h>
@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "decode/args.h"
-#include "oscar_kernels.h"
+#include "oscar_kv.h"
 
 namespace oscar::kernels {
 
@@ -20,7 +20,7 @@ inline size_t rotated_q_bytes(int64_t batch, int q_heads, int head_dim) {
 oscar_status launch_rotate_q(const RotArgs& rot, const uint16_t* q, uint16_t* dst, int64_t rows, int Hq, int G, int head_dim,
                              cudaStream_t s, oscar_error* err, const char* fn);
 
-// Checks a caller's oscar_rotation (const oscar_rotation*, NULL = none) and turns it into RotArgs.
-oscar_status check_rotation(const void* rotation, int head_dim, const char* fn, oscar_error* err, RotArgs& out);
+// Checks the rotation of a caller's options (NULL = none; the messages name it options->rotation) into RotArgs.
+oscar_status check_rotation(const oscar_rotation* rotation, const char* fn, oscar_error* err, RotArgs& out);
 
 }  // namespace oscar::kernels

@@ -19,6 +19,7 @@
 //  * Grid: (splits + nwin) x (batch * kv_heads) x (query groups of 8), decode/split_plan.h.
 #include "api_util.h"
 #include "decode/bf16_tile.cuh"
+#include "decode/decode_grid.cuh"
 #include "decode/partials.cuh"
 #include "decode/shapes.h"
 #include "decode/split_plan.h"
@@ -378,19 +379,11 @@ __global__ void __launch_bounds__(kWarps * 32, plan::blocks_per_sm(HD)) omni_dec
 }  // namespace
 
 template <int HD, int BITS>
-oscar_status omni_decode(const OmniView& c, const DecodeArgs& a, cudaStream_t s, oscar_error* err) {
-  const char* fn = "oscar_omni_decode";
-  constexpr size_t smem = omni_smem_bytes<HD, BITS>();
-  // set on every call (no global state; a cheap host-side attribute write)
-  OSCAR_CUDA_TRY(cudaFuncSetAttribute(omni_decode_kernel<HD, BITS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-                 err, fn);
-  const dim3 grid(a.np, static_cast<unsigned>(static_cast<int64_t>(c.B) * c.Hkv), a.QS / kQSlots);
-  omni_decode_kernel<HD, BITS><<<grid, kWarps * 32, smem, s>>>(c, a);
-  return api::check_launch(err, fn);
+oscar_status omni_decode(const OmniView& c, const DecodeArgs& a, const Launch& l) {
+  return launch_decode_grid(omni_decode_kernel<HD, BITS>, omni_smem_bytes<HD, BITS>(), c, a, l);
 }
 
-#define OSCAR_OMNI_DECODE_INSTANCE(HD, BITS) \
-  template oscar_status omni_decode<HD, BITS>(const OmniView&, const DecodeArgs&, cudaStream_t, oscar_error*);
+#define OSCAR_OMNI_DECODE_INSTANCE(HD, BITS) template oscar_status omni_decode<HD, BITS>(const OmniView&, const DecodeArgs&, const Launch&);
 OSCAR_KV_SHAPES(OSCAR_OMNI_DECODE_INSTANCE)
 
 }  // namespace oscar::kernels

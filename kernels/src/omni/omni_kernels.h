@@ -1,11 +1,12 @@
 // omni/omni_kernels.h: the oscar-omni kernels' host entry points, one per (head_dim, bits) of
-// decode/shapes.h, and the format's dispatch table (omni/omni_api.cu). OmniView is the device view of an
+// decode/shapes.h, and the format's dispatch table (omni/omni_api.cu; signatures: api/format_kernels.h). OmniView is the device view of an
 // oscar_omni_cache (layout oscar/omni_format.h) after the C API has checked it.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "api/format_kernels.h"
 #include "decode/args.h"
 #include "oscar_kernels.h"
 
@@ -20,24 +21,13 @@ struct OmniView {
   uint16_t* kn;       // fp16 token norms [B][cap]
 };
 
-// rot: in-kernel rotation of the unrotated k/v rows (kind 0: the rows are already rotated); a rotated launch stages
-// one 32-token block of every KV head in shared memory (UNSUPPORTED when that exceeds the device's limit).
-template <int HD, int BITS>
-oscar_status omni_prefill(const OmniView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len,
-                          cudaStream_t s, oscar_error* err);
-template <int HD, int BITS>
-oscar_status omni_append(const OmniView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s,
-                         oscar_error* err);
-template <int HD, int BITS>
-oscar_status omni_decode(const OmniView& c, const DecodeArgs& a, cudaStream_t s, oscar_error* err);  // decode grid only (no merge)
+// A rotated prefill or append stages one 32-token block of every KV head in shared memory (UNSUPPORTED when that exceeds
+// the device's limit).
+template <int HD, int BITS> oscar_status omni_prefill(const OmniView& c, const WriteArgs& w, const Launch& l);
+template <int HD, int BITS> oscar_status omni_append(const OmniView& c, const WriteArgs& w, const Launch& l);
+template <int HD, int BITS> oscar_status omni_decode(const OmniView& c, const DecodeArgs& a, const Launch& l);
 
-struct OmniKernels {
-  int head_dim, bits;
-  oscar_status (*prefill)(const OmniView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, cudaStream_t,
-                          oscar_error*);
-  oscar_status (*append)(const OmniView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*, cudaStream_t, oscar_error*);
-  oscar_status (*decode)(const OmniView&, const DecodeArgs&, cudaStream_t, oscar_error*);
-};
+using OmniKernels = FormatKernels<OmniView>;
 // The entry of (head_dim, bits), or nullptr when that shape is not compiled.
 const OmniKernels* omni_kernels(int head_dim, int bits);
 

@@ -320,41 +320,33 @@ oscar_status rotated_stage(Kernel kernel, const OmniView& c, const RotArgs& rot,
   if (bytes > limit)
     return api::fail(err, OSCAR_ERR_UNSUPPORTED,
                      "%s: num_kv_heads=%d x head_dim=%d: the in-kernel rotation stages %zu bytes per block, the device allows %zu; "
-                     "rotate on the host and call the plain entry point",
+                     "rotate on the host and call it without a rotation",
                      fn, c.Hkv, HD, bytes, limit);
   OSCAR_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), err, fn);
   return OSCAR_OK;
 }
 
 template <int HD, int BITS>
-oscar_status omni_prefill(const OmniView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, int32_t max_len,
-                          cudaStream_t s, oscar_error* err) {
-  const char* fn = rot.kind ? "oscar_omni_prefill_rotated" : "oscar_omni_prefill";
+oscar_status omni_prefill(const OmniView& c, const WriteArgs& w, const Launch& l) {
   size_t smem = 0;
-  if (const oscar_status st = rotated_stage<HD, BITS>(prefill_kernel<HD, BITS, true>, c, rot, smem, err, fn); st != OSCAR_OK) return st;
-  const unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(c.B) * ((max_len + kKeyBlock - 1) / kKeyBlock));  // < 2^31 (API)
-  if (rot.kind) prefill_kernel<HD, BITS, true><<<blocks, kQThreads, smem, s>>>(c, rot, k, v, lens, max_len);
-  else prefill_kernel<HD, BITS, false><<<blocks, kQThreads, 0, s>>>(c, rot, k, v, lens, max_len);
-  return api::check_launch(err, fn);
+  if (const oscar_status st = rotated_stage<HD, BITS>(prefill_kernel<HD, BITS, true>, c, w.rot, smem, l.err, l.fn); st != OSCAR_OK) return st;
+  const unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(c.B) * ((w.max_len + kKeyBlock - 1) / kKeyBlock));  // < 2^31 (API)
+  if (w.rot.kind) prefill_kernel<HD, BITS, true><<<blocks, kQThreads, smem, l.stream>>>(c, w.rot, w.k, w.v, w.lens, w.max_len);
+  else prefill_kernel<HD, BITS, false><<<blocks, kQThreads, 0, l.stream>>>(c, w.rot, w.k, w.v, w.lens, w.max_len);
+  return api::check_launch(l.err, l.fn);
 }
 
 template <int HD, int BITS>
-oscar_status omni_append(const OmniView& c, const RotArgs& rot, const uint16_t* k, const uint16_t* v, const int32_t* lens, cudaStream_t s,
-                         oscar_error* err) {
-  const char* fn = rot.kind ? "oscar_omni_append_rotated" : "oscar_omni_append";
+oscar_status omni_append(const OmniView& c, const WriteArgs& w, const Launch& l) {
   size_t smem = 0;
-  if (const oscar_status st = rotated_stage<HD, BITS>(append_kernel<HD, BITS, true>, c, rot, smem, err, fn); st != OSCAR_OK) return st;
+  if (const oscar_status st = rotated_stage<HD, BITS>(append_kernel<HD, BITS, true>, c, w.rot, smem, l.err, l.fn); st != OSCAR_OK) return st;
   const dim3 grid(static_cast<unsigned>(c.B), kResidual / kKeyBlock);
-  if (rot.kind) append_kernel<HD, BITS, true><<<grid, kQThreads, smem, s>>>(c, rot, k, v, lens);
-  else append_kernel<HD, BITS, false><<<grid, kQThreads, 0, s>>>(c, rot, k, v, lens);
-  return api::check_launch(err, fn);
+  if (w.rot.kind) append_kernel<HD, BITS, true><<<grid, kQThreads, smem, l.stream>>>(c, w.rot, w.k, w.v, w.lens);
+  else append_kernel<HD, BITS, false><<<grid, kQThreads, 0, l.stream>>>(c, w.rot, w.k, w.v, w.lens);
+  return api::check_launch(l.err, l.fn);
 }
 
-#define OSCAR_OMNI_QUANTIZE_INSTANCE(HD, BITS)                                                                                  \
-  template oscar_status omni_prefill<HD, BITS>(const OmniView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*, int32_t, \
-                                               cudaStream_t, oscar_error*);                                                     \
-  template oscar_status omni_append<HD, BITS>(const OmniView&, const RotArgs&, const uint16_t*, const uint16_t*, const int32_t*,       \
-                                              cudaStream_t, oscar_error*);
+#define OSCAR_OMNI_QUANTIZE_INSTANCE(HD, BITS) OSCAR_WRITE_ENTRIES_AT(omni, OmniView, HD, BITS)
 OSCAR_KV_SHAPES(OSCAR_OMNI_QUANTIZE_INSTANCE)
 
 }  // namespace oscar::kernels

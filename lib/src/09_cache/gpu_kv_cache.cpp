@@ -298,17 +298,19 @@ bool GpuKvCache::attend(int layer, const MatrixRM& q, MatrixRM& out) {
     const auto* dlens = reinterpret_cast<const int32_t*>(dbase + d.off_len);
     oscar_error err{};
     if (d.omni)
-      status_check(oscar_omni_append(&d.omni_layers[layer], dbase, dbase + d.off_v, dlens, L, nullptr, &err), err, "oscar_omni_append", layer);
+      status_check(oscar_omni_append_plain(&d.omni_layers[layer], dbase, dbase + d.off_v, dlens, L, nullptr, &err), err, "oscar_omni_append",
+                   layer);
     else
-      status_check(oscar_cov_append(&d.layers[layer], dbase, dbase + d.off_v, dlens, L, nullptr, &err), err, "oscar_cov_append", layer);
+      status_check(oscar_cov_append_plain(&d.layers[layer], dbase, dbase + d.off_v, dlens, L, nullptr, &err), err, "oscar_cov_append",
+                   layer);
     if (const size_t need = oscar_decode_workspace_bytes(1, n_heads_, n_kv_, D, L + 1, 1); need > d.workspace_bytes)
       d.grow_workspace(need);  // sized for the capacity at construction; grown if a shorter length needs more
     if (d.omni)
-      status_check(oscar_omni_decode(&d.omni_layers[layer], dbase + d.off_q, n_heads_, dlens + 1, L + 1, scale, d.out, d.workspace,
+      status_check(oscar_omni_decode_plain(&d.omni_layers[layer], dbase + d.off_q, n_heads_, dlens + 1, L + 1, scale, d.out, d.workspace,
                                      d.workspace_bytes, nullptr, &err),
                    err, "oscar_omni_decode", layer);
     else
-      status_check(oscar_cov_decode(&d.layers[layer], dbase + d.off_q, n_heads_, dlens + 1, L + 1, scale, d.out, d.workspace,
+      status_check(oscar_cov_decode_plain(&d.layers[layer], dbase + d.off_q, n_heads_, dlens + 1, L + 1, scale, d.out, d.workspace,
                                    d.workspace_bytes, nullptr, &err),
                    err, "oscar_cov_decode", layer);
     OSCAR_CUDA(cudaMemcpy(d.out_host.data(), d.out, d.out_host.size() * sizeof(float), cudaMemcpyDeviceToHost));

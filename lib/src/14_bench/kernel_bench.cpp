@@ -37,7 +37,7 @@ void cuda_check(cudaError_t e, const char* call) {
 }
 #define OSCAR_BENCH_CUDA(call) cuda_check((call), #call)
 
-// `call`: the call's source text; its function name (up to the first parenthesis) goes into the message.
+// `call`: the call's source text or the C entry point's name; the name (up to the first parenthesis) goes into the message.
 void status_check(oscar_status s, const oscar_error& err, const char* call) {
   if (s != OSCAR_OK) {
     const std::string fn(call, std::strcspn(call, "("));
@@ -163,6 +163,149 @@ void check_config(const KernelBenchConfig& c) {
     fail("kernel benchmark: --q-heads {} / --kv-heads {}: at most {} query heads per KV head", c.q_heads, c.kv_heads, oscar_max_query_group());
 }
 
+// One benchmarked shape on the device: nrot rotations of bf16 K/V [B][Hkv][ctx][D] (also the prefill input, `per`
+// elements each), the query, the lengths, the output, the decode workspace (wsq bytes for the quantized formats) and the
+// BF16 decode's median time us16.
+struct BenchShape {
+  int B = 0, ctx = 0, hq = 0, hkv = 0, D = 0, nrot = 0, warmup = 0, reps = 0;
+  size_t bh = 0, per = 0, bf16_bytes = 0, wsq = 0;
+  const uint16_t *k16 = nullptr, *v16 = nullptr, *q = nullptr;
+  const int32_t* lens = nullptr;
+  float* out = nullptr;
+  void* ws = nullptr;
+  float scale = 1.f;
+  double us16 = 0;
+};
+
+// The quantized formats: their caches, plain prefill and decode, and the bytes a prefill writes and a decode reads.
+struct CovBench {
+  using Caches = CovCaches;
+  using Cache = oscar_cov_cache;
+  static constexpr const char* kName = "oscar-cov";
+  static constexpr int S = covfmt::kDefaultSink, W = covfmt::kDefaultRecent;
+  static bool supported(int D, int bits) { return oscar_cov_shape_supported(D, bits) != 0; }
+  static oscar_status create(Cache* c, const BenchShape& x, int bits, oscar_error* e) {
+    return oscar_cov_cache_create(c, x.B, x.hkv, x.D, bits, S, W, x.ctx, e);
+  }
+  static constexpr auto prefill = oscar_cov_prefill_plain;
+  static constexpr auto decode = oscar_cov_decode_plain;
+  static constexpr const char* kPrefill = "oscar_cov_prefill";
+  static constexpr const char* kDecode = "oscar_cov_decode";
+  // Prefill writes every array.
+  static double prefill_write(const BenchShape& x, int bits) { return double(covfmt::layout(x.B, x.hkv, x.D, bits, x.ctx, S, W).total_bytes()); }
+  static double decode_read(const BenchShape& x, int bits) { return double(x.bh) * double(covfmt::decode_read_bytes(x.ctx, x.D, bits, S, W)); }
+};
+struct OmniBench {
+  using Caches = OmniCaches;
+  using Cache = oscar_omni_cache;
+  static constexpr const char* kName = "oscar-omni";
+  static bool supported(int D, int bits) { return oscar_omni_shape_supported(D, bits) != 0; }
+  static oscar_status create(Cache* c, const BenchShape& x, int bits, oscar_error* e) {
+    return oscar_omni_cache_create(c, x.B, x.hkv, x.D, bits, x.ctx, e);
+  }
+  static constexpr auto prefill = oscar_omni_prefill_plain;
+  static constexpr auto decode = oscar_omni_decode_plain;
+  static constexpr const char* kPrefill = "oscar_omni_prefill";
+  static constexpr const char* kDecode = "oscar_omni_decode";
+  // Prefill writes the body (codes, key and value params, key norms); the residual block stays empty (whole residual
+  // blocks in the body when ctx % 128 == 0).
+  static double prefill_write(const BenchShape& x, int bits) {
+    const omnifmt::Layout l = omnifmt::layout(x.B, x.hkv, x.D, bits, x.ctx);
+    return double(l.total_bytes() - 2 * l.res_bytes);
+  }
+  static double decode_read(const BenchShape& x, int bits) { return double(x.bh) * omnifmt::decode_read_bytes(x.ctx, x.D, bits, x.hkv); }
+};
+
+// Prefill-quantize every rotation (timed on rotation order too: bf16 K+V in, the format's arrays out) and decode, of
+// format F at `bits`.
+template <class F>
+void bench_format(const BenchShape& x, int bits, KernelBenchResult& res) {
+  typename F::Caches caches;
+  for (int r = 0; r < x.nrot; ++r) caches.add([&](typename F::Cache* c, oscar_error* e) { return F::create(c, x, bits, e); });
+  const double uspre = time_median_us(
+      [&](int i) {
+        const size_t r = size_t(i % x.nrot);
+        oscar_error err{};
+        status_check(F::prefill(&caches[r], x.k16 + r * x.per, x.v16 + r * x.per, x.lens, x.ctx, nullptr, &err), err, F::kPrefill);
+      },
+      x.nrot, std::max(x.reps / 2, x.nrot));
+  const std::string name = "int" + std::to_string(bits) + " " + F::kName;
+  res.prefill.push_back({x.B, x.ctx, name, uspre, double(x.bf16_bytes), F::prefill_write(x, bits)});
+  const double read = F::decode_read(x, bits);
+  const auto dec = [&](int i) {
+    oscar_error err{};
+    status_check(F::decode(&caches[size_t(i % x.nrot)], x.q, x.hq, x.lens, x.ctx, x.scale, x.out, x.ws, x.wsq, nullptr, &err), err,
+                 F::kDecode);
+  };
+  const double us = time_median_us(dec, x.warmup, x.reps);
+  res.decode.push_back({x.B, x.ctx, name, us, read, read / (us * 1e-6) / 1e12, 0, x.us16 / us, host_median_us(dec, x.reps)});
+}
+
+// Bytes read + written per second of a 1 GiB device-to-device copy (TB/s): the copy ceiling.
+double copy_tbps() {
+  const size_t n = size_t(1) << 30;
+  DeviceBuffer a(n), b(n);
+  OSCAR_BENCH_CUDA(cudaMemset(a.as<void>(), 1, n));
+  const double us = time_median_us(
+      [&](int) { OSCAR_BENCH_CUDA(cudaMemcpyAsync(b.as<void>(), a.as<void>(), n, cudaMemcpyDeviceToDevice)); }, 3, 20);
+  return 2.0 * n / (us * 1e-6) / 1e12;
+}
+
+// Rotations of the bf16 K/V that make each timed repeat read at least kMinBytes, or 0 (logged) when they and the
+// largest quantized cache's rotations do not fit the free device memory.
+int rotations_that_fit(const KernelBenchConfig& cfg, int B, int ctx, size_t bf16_bytes, std::FILE* log) {
+  const int hkv = cfg.kv_heads, D = cfg.head_dim;
+  const int nrot = int(std::min<double>(kMaxRotations, std::ceil(kMinBytes / double(bf16_bytes))));
+  int64_t cache_bytes = 0;  // one format at a time
+  for (int bits : {2, 4})
+    cache_bytes = std::max({cache_bytes, oscar_cov_cache_bytes(B, hkv, D, bits, CovBench::S, CovBench::W, ctx),
+                            oscar_omni_cache_bytes(B, hkv, D, bits, ctx)});
+  size_t free_b = 0, total_b = 0;
+  OSCAR_BENCH_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  const double need = double(nrot) * (double(bf16_bytes) + double(cache_bytes)) + 1e9;
+  if (need <= double(free_b)) return nrot;
+  fmt::print(log, "skip batch={} ctx={}: needs {:.1f} GB, {:.1f} GB free\n", B, ctx, need / 1e9, free_b / 1e9);
+  std::fflush(log);
+  return 0;
+}
+
+// Every format at batch B and context ctx: the BF16 baseline decode, then each quantized format's prefill and decode.
+void bench_shape(const KernelBenchConfig& cfg, int B, int ctx, std::mt19937& rng, std::vector<uint16_t>& chunk, KernelBenchResult& res,
+                 std::FILE* log) {
+  BenchShape x;
+  x.B = B, x.ctx = ctx, x.hq = cfg.q_heads, x.hkv = cfg.kv_heads, x.D = cfg.head_dim, x.warmup = cfg.warmup, x.reps = cfg.reps;
+  x.bh = size_t(B) * x.hkv;
+  x.bf16_bytes = x.bh * size_t(ctx) * x.D * 2 * 2;  // K + V
+  if ((x.nrot = rotations_that_fit(cfg, B, ctx, x.bf16_bytes, log)) == 0) return;
+  x.per = x.bh * size_t(ctx) * x.D;
+  const size_t nq = size_t(B) * x.hq * x.D;
+  DeviceBuffer k16b(x.per * x.nrot * 2), v16b(x.per * x.nrot * 2), qb(nq * 2), lensb(size_t(B) * 4), outb(nq * 4);
+  fill_random_bf16(k16b.as<uint16_t>(), x.per * x.nrot, rng, chunk);
+  fill_random_bf16(v16b.as<uint16_t>(), x.per * x.nrot, rng, chunk);
+  fill_random_bf16(qb.as<uint16_t>(), nq, rng, chunk);
+  const std::vector<int32_t> hl(B, ctx);
+  OSCAR_BENCH_CUDA(cudaMemcpy(lensb.as<int32_t>(), hl.data(), size_t(B) * 4, cudaMemcpyHostToDevice));
+  x.k16 = k16b.as<uint16_t>(), x.v16 = v16b.as<uint16_t>(), x.q = qb.as<uint16_t>(), x.lens = lensb.as<int32_t>(), x.out = outb.as<float>();
+  x.scale = 1.0f / std::sqrt(float(x.D));
+  const size_t ws16 = oscar_decode_workspace_bytes(B, x.hq, x.hkv, x.D, ctx, 0);
+  x.wsq = oscar_decode_workspace_bytes(B, x.hq, x.hkv, x.D, ctx, 1);
+  DeviceBuffer wsb(std::max(ws16, x.wsq));
+  x.ws = wsb.as<void>();
+  const double bf16_read = double(x.bf16_bytes);
+  const auto dec16 = [&](int i) {
+    const size_t r = size_t(i % x.nrot) * x.per;
+    OSCAR_BENCH_API(oscar_bf16_decode(x.k16 + r, x.v16 + r, B, x.hkv, ctx, x.D, x.q, x.hq, x.lens, ctx, x.scale, x.out, x.ws, ws16,
+                                      nullptr, &err_));
+  };
+  x.us16 = time_median_us(dec16, x.warmup, x.reps);
+  res.decode.push_back({B, ctx, "bf16 (ours)", x.us16, bf16_read, bf16_read / (x.us16 * 1e-6) / 1e12, 0, 1.0, host_median_us(dec16, x.reps)});
+  for (int bits : {2, 4})  // no kernel for this head_dim: skipped (the table says which ran)
+    if (CovBench::supported(x.D, bits)) bench_format<CovBench>(x, bits, res);
+  for (int bits : {2, 4})
+    if (OmniBench::supported(x.D, bits)) bench_format<OmniBench>(x, bits, res);
+  OSCAR_BENCH_CUDA(cudaGetLastError());
+}
+
 }  // namespace
 
 KernelBenchResult run_kernel_bench(const KernelBenchConfig& cfg, std::FILE* log) {
@@ -171,126 +314,19 @@ KernelBenchResult run_kernel_bench(const KernelBenchConfig& cfg, std::FILE* log)
     fail("no CUDA device is visible; the kernel benchmark needs an NVIDIA GPU (the kernels are built for sm_90a: H100, H200)");
   cudaDeviceProp prop{};
   OSCAR_BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
-  const int hq = cfg.q_heads, hkv = cfg.kv_heads, warmup = cfg.warmup, reps = cfg.reps;
-  const int D = cfg.head_dim, S = covfmt::kDefaultSink, W = covfmt::kDefaultRecent;
   std::mt19937 rng(1);
   std::vector<uint16_t> chunk;
-
   KernelBenchResult res;
   res.device = prop.name;
-  res.head_dim = D;
-  res.q_heads = hq;
-  res.kv_heads = hkv;
-
-  // Copy ceiling: 1 GiB device-to-device, bytes read + written.
-  {
-    const size_t n = size_t(1) << 30;
-    DeviceBuffer a(n), b(n);
-    OSCAR_BENCH_CUDA(cudaMemset(a.as<void>(), 1, n));
-    const double us = time_median_us(
-        [&](int) { OSCAR_BENCH_CUDA(cudaMemcpyAsync(b.as<void>(), a.as<void>(), n, cudaMemcpyDeviceToDevice)); }, 3, 20);
-    res.copy_tbps = 2.0 * n / (us * 1e-6) / 1e12;
-  }
+  res.head_dim = cfg.head_dim;
+  res.q_heads = cfg.q_heads;
+  res.kv_heads = cfg.kv_heads;
+  res.copy_tbps = copy_tbps();
   fmt::print(log, "device: {} ({} SMs, L2 {} MB); copy bandwidth (read+write): {:.3f} TB/s\n", prop.name,
              prop.multiProcessorCount, prop.l2CacheSize >> 20, res.copy_tbps);
   std::fflush(log);
-
   for (int B : cfg.batches)
-    for (int ctx : cfg.ctxs) {
-      const size_t bh = size_t(B) * hkv;
-      const size_t bf16_bytes = bh * size_t(ctx) * D * 2 * 2;  // K + V
-      const int nrot = int(std::min<double>(kMaxRotations, std::ceil(kMinBytes / double(bf16_bytes))));
-      // Peak: the bf16 K/V rotations plus the largest quantized cache's rotations (one format at a time).
-      int64_t cache_bytes = 0;
-      for (int bits : {2, 4})
-        cache_bytes = std::max({cache_bytes, oscar_cov_cache_bytes(B, hkv, D, bits, S, W, ctx),
-                                oscar_omni_cache_bytes(B, hkv, D, bits, ctx)});
-      size_t free_b = 0, total_b = 0;
-      OSCAR_BENCH_CUDA(cudaMemGetInfo(&free_b, &total_b));
-      const double need = double(nrot) * (double(bf16_bytes) + double(cache_bytes)) + 1e9;
-      if (need > double(free_b)) {
-        fmt::print(log, "skip batch={} ctx={}: needs {:.1f} GB, {:.1f} GB free\n", B, ctx, need / 1e9, free_b / 1e9);
-        std::fflush(log);
-        continue;
-      }
-      // BF16 caches (also the prefill input), nrot rotations.
-      const size_t per = bh * size_t(ctx) * D;
-      DeviceBuffer k16b(per * nrot * 2), v16b(per * nrot * 2), qb(size_t(B) * hq * D * 2);
-      uint16_t* k16 = k16b.as<uint16_t>();
-      uint16_t* v16 = v16b.as<uint16_t>();
-      uint16_t* q = qb.as<uint16_t>();
-      fill_random_bf16(k16, per * nrot, rng, chunk);
-      fill_random_bf16(v16, per * nrot, rng, chunk);
-      fill_random_bf16(q, size_t(B) * hq * D, rng, chunk);
-      std::vector<int32_t> hl(B, ctx);
-      DeviceBuffer lensb(size_t(B) * 4), outb(size_t(B) * hq * D * 4);
-      int32_t* lens = lensb.as<int32_t>();
-      float* out = outb.as<float>();
-      OSCAR_BENCH_CUDA(cudaMemcpy(lens, hl.data(), size_t(B) * 4, cudaMemcpyHostToDevice));
-      const float scale = 1.0f / std::sqrt(float(D));
-
-      const size_t ws16 = oscar_decode_workspace_bytes(B, hq, hkv, D, ctx, 0);
-      const size_t wsq = oscar_decode_workspace_bytes(B, hq, hkv, D, ctx, 1);
-      DeviceBuffer wsb(std::max(ws16, wsq));
-      void* ws = wsb.as<void>();
-      const double bf16_read = double(bf16_bytes);
-      const auto dec16 = [&](int i) {
-        const size_t r = size_t(i % nrot) * per;
-        OSCAR_BENCH_API(oscar_bf16_decode(k16 + r, v16 + r, B, hkv, ctx, D, q, hq, lens, ctx, scale, out, ws, ws16, nullptr, &err_));
-      };
-      const double us16 = time_median_us(dec16, warmup, reps);
-      res.decode.push_back({B, ctx, "bf16 (ours)", us16, bf16_read, bf16_read / (us16 * 1e-6) / 1e12, 0, 1.0, host_median_us(dec16, reps)});
-
-      for (int bits : {2, 4}) {
-        if (!oscar_cov_shape_supported(D, bits)) continue;  // no kernel for this head_dim (the table says which ran)
-        CovCaches caches;
-        for (int r = 0; r < nrot; ++r)
-          caches.add([&](oscar_cov_cache* c, oscar_error* e) { return oscar_cov_cache_create(c, B, hkv, D, bits, S, W, ctx, e); });
-        const covfmt::Layout l = covfmt::layout(B, hkv, D, bits, ctx, S, W);
-        // Prefill-quantize every rotation (timed on rotation order too): bf16 K+V in, every array out.
-        const double pre_read = double(bf16_bytes);
-        const double pre_write = double(l.total_bytes());
-        const double uspre = time_median_us(
-            [&](int i) {
-              const int r = i % nrot;
-              OSCAR_BENCH_API(oscar_cov_prefill(&caches[r], k16 + size_t(r) * per, v16 + size_t(r) * per, lens, ctx, nullptr, &err_));
-            },
-            nrot, std::max(reps / 2, nrot));
-        const std::string name = "int" + std::to_string(bits) + " oscar-cov";
-        res.prefill.push_back({B, ctx, name, uspre, pre_read, pre_write});
-        const double read = double(bh) * double(covfmt::decode_read_bytes(ctx, D, bits, S, W));
-        const auto dec = [&](int i) {
-          OSCAR_BENCH_API(oscar_cov_decode(&caches[i % nrot], q, hq, lens, ctx, scale, out, ws, wsq, nullptr, &err_));
-        };
-        const double us = time_median_us(dec, warmup, reps);
-        res.decode.push_back({B, ctx, name, us, read, read / (us * 1e-6) / 1e12, 0, us16 / us, host_median_us(dec, reps)});
-      }
-      for (int bits : {2, 4}) {  // oscar-omni: whole residual blocks in the body (empty residual when ctx % 128 == 0)
-        if (!oscar_omni_shape_supported(D, bits)) continue;
-        OmniCaches caches;
-        for (int r = 0; r < nrot; ++r)
-          caches.add([&](oscar_omni_cache* c, oscar_error* e) { return oscar_omni_cache_create(c, B, hkv, D, bits, ctx, e); });
-        const omnifmt::Layout l = omnifmt::layout(B, hkv, D, bits, ctx);
-        // Prefill writes the body (codes, key and value params, key norms); the residual block stays empty.
-        const double pre_read = double(bf16_bytes);
-        const double pre_write = double(l.total_bytes() - 2 * l.res_bytes);
-        const double uspre = time_median_us(
-            [&](int i) {
-              const int r = i % nrot;
-              OSCAR_BENCH_API(oscar_omni_prefill(&caches[r], k16 + size_t(r) * per, v16 + size_t(r) * per, lens, ctx, nullptr, &err_));
-            },
-            nrot, std::max(reps / 2, nrot));
-        const std::string name = "int" + std::to_string(bits) + " oscar-omni";
-        res.prefill.push_back({B, ctx, name, uspre, pre_read, pre_write});
-        const double read = double(bh) * omnifmt::decode_read_bytes(ctx, D, bits, hkv);
-        const auto dec = [&](int i) {
-          OSCAR_BENCH_API(oscar_omni_decode(&caches[i % nrot], q, hq, lens, ctx, scale, out, ws, wsq, nullptr, &err_));
-        };
-        const double us = time_median_us(dec, warmup, reps);
-        res.decode.push_back({B, ctx, name, us, read, read / (us * 1e-6) / 1e12, 0, us16 / us, host_median_us(dec, reps)});
-      }
-      OSCAR_BENCH_CUDA(cudaGetLastError());
-    }
+    for (int ctx : cfg.ctxs) bench_shape(cfg, B, ctx, rng, chunk, res, log);
   for (auto& r : res.decode) r.frac_copy = r.tbps / res.copy_tbps;
   return res;
 }
