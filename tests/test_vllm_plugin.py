@@ -6,7 +6,8 @@ formulas of cov_paged_format.h) for every compiled head_dim and bit width and se
 design's Llama-3-8B table (kernels/SERVING_ENGINES.md: 147,456 B pages, 7.11x BF16); slot and code-address arithmetic;
 the version check (0.26.x only) and the refusals (MLA, sliding windows, head_dim, fp16, ALiBi, prefix caching,
 speculative decoding, page sizes), each one line naming the fix; `import oscar_kv.vllm` without vLLM raises one
-ImportError line; pip install's build carries oscar_kv/vllm and registers the `vllm.general_plugins` entry point;
+ImportError line; pip install's build carries oscar_kv/vllm and oscar_kv/hf, registers the `vllm.general_plugins` entry
+point, and its `vllm` extra pins the vLLM minor the plugin checks for (paged.SUPPORTED_VLLM);
 experiments/device/vllm_loss_check.py reads oscar-eval's eval.json (and refuses one without token ids in one line);
 experiments/vllm_bench.py's table (ratios, targets, the share in low bits, kernel kinds) from a made-up run;
 vllm_plugin_check.py refuses an unknown OSCAR_CHECK_RUNS name. Exit 0 passed, 1 failed, 77 library not built.
@@ -15,26 +16,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "kernels" / "python"))
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from python_checks import ROOT, check, failures, raises  # noqa: E402
 
 
 def refuses(fn, needle, what):
+    """fn() raises paged.Unsupported with a one-line message carrying `needle`."""
     from oscar_kv import paged
-    try:
-        fn()
-    except paged.Unsupported as e:
-        msg = str(e)
-        check(needle in msg and "\n" not in msg, f"{what}: message {msg!r} lacks {needle!r} or spans lines")
-        return
-    check(False, f"{what}: accepted")
+    msg = raises(fn, paged.Unsupported, needle, what=what)
+    check(msg is None or "\n" not in msg, f"{what}: message {msg!r} spans lines")
 
 
 def main():
@@ -118,7 +108,22 @@ def main():
     line = r.stdout.strip()
     check(line.startswith("IMPORT-ERROR oscar_kv.vllm: vLLM is not installed") and "vllm==0.26.0" in line and "\n" not in line,
           f"import without vLLM: {line!r} {r.stderr[-300:]!r}")
-    # Packaging: pip install's build carries the plugin subpackage, and the metadata names vLLM's entry point.
+    check_packaging(lib_path)
+    check_loss_check()
+    check_bench_table()
+    check_plugin_check_runs()
+    print(f"{n} layouts against the C sizes; refusals, arithmetic, packaging, the loss check's reader and the serving "
+          f"table checked")
+    if failures:
+        print(f"FAILED: {len(failures)} check(s)")
+        return 1
+    print("PASSED")
+    return 0
+
+
+def check_packaging(lib_path):
+    """pip install's build carries the subpackages and names vLLM's entry point; the vllm extra pins paged's vLLM."""
+    from oscar_kv import paged
     import shutil
     import tempfile
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as src:
@@ -131,8 +136,18 @@ def main():
         eps = list(Path(tmp).glob("*.egg-info/entry_points.txt"))
         text = eps[0].read_text() if eps else ""
         check(r.returncode == 0 and (Path(tmp) / "oscar_kv" / "vllm" / "backend.py").is_file() and
+              (Path(tmp) / "oscar_kv" / "hf" / "calibration.py").is_file() and
               "[vllm.general_plugins]" in text and "oscar_kv.vllm.plugin:register" in text,
               f"setup.py build_py / egg_info: rc {r.returncode}, entry points {text!r}, {r.stderr[-300:]!r}")
+        reqs = list(Path(tmp).glob("*.egg-info/requires.txt"))
+        extra = reqs[0].read_text().split("[vllm]")[-1].split("[")[0] if reqs else ""
+        minor = paged.SUPPORTED_VLLM.split(".")
+        pin = f"vllm<{minor[0]}.{int(minor[1]) + 1},>={paged.SUPPORTED_VLLM}"
+        check(pin in extra, f"the 'vllm' extra {extra.split()} does not pin the plugin's vLLM ({pin})")
+
+
+def check_loss_check():
+    """experiments/device/vllm_loss_check.py: its reader of oscar-eval's eval.json, its refusals, its verdict."""
     # the engine loss check reads oscar-eval's eval.json (passage ids, greedy ids): its reader, and its refusal of an old file
     import contextlib
     import importlib.util
@@ -212,15 +227,6 @@ def main():
         check(rc == 1 and not res["within"], f"loss check verdict (Δloss 0.05 off): rc {rc}")
         rc, res = verdict(0.130, 0.126)
         check(rc == 1 and not res["broken_caught"], f"loss check verdict (broken cache not caught): rc {rc}")
-    check_bench_table()
-    check_plugin_check_runs()
-    print(f"{n} layouts against the C sizes; refusals, arithmetic, packaging, the loss check's reader and the serving "
-          f"table checked")
-    if failures:
-        print(f"FAILED: {len(failures)} check(s)")
-        return 1
-    print("PASSED")
-    return 0
 
 
 def check_bench_table():
