@@ -195,8 +195,12 @@ def check_integration(lib, torch, transformers):
     from transformers import AutoModelForCausalLM
     from strict_transformers import DeprecatedApi, strict
     strict()  # a deprecated transformers API used below fails the test
-    raises(lambda: transformers.DynamicCache(config=architectures.tiny_config("llama")).max_cache_len, DeprecatedApi,
-           "deprecated", what="the deprecation trap")
+    # the trap, on both of transformers' ways to announce a deprecation (its logger, a FutureWarning from its modules)
+    raises(lambda: transformers.utils.logging.get_logger("transformers.models").warning_once("x is deprecated, use y"),
+           DeprecatedApi, "deprecated", what="the deprecation trap (logger)")
+    import warnings
+    raises(lambda: warnings.warn_explicit("x is deprecated", FutureWarning, "f.py", 1, module="transformers.models"),
+           FutureWarning, "deprecated", what="the deprecation trap (warning)")
     want = {"mistral": [], "gemma2": [1, 3], "gpt_oss": [1, 3], "gemma3": [3]}
     reasons = {"mistral": "sliding attention (window 24)", "gemma2": "sliding attention", "gpt_oss": "sliding attention",
                "gemma3": "sliding attention"}

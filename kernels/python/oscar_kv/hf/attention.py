@@ -62,8 +62,8 @@ def _valid_keys(mask, B, L):
 
 
 class OscarLayer(DynamicLayer):
-    """One decoder layer's oscar-kv cache (see the module docstring). update() only records the new K/V and tags
-    the returned key tensor; the "oscar_kv" attention function then writes and attends."""
+    """One decoder layer's oscar-kv cache (the contract: oscar_kv.hf's docstring). update() only records the new K/V
+    and tags the returned key tensor; the "oscar_kv" attention function then writes and attends."""
     is_croppable = False
 
     def __init__(self, owner, layer_idx):

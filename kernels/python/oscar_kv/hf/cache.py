@@ -50,7 +50,7 @@ def require_cuda(model):
 
 
 class OscarCache(DynamicCache):
-    """A transformers Cache decoding through the oscar-kv kernels (see the module docstring).
+    """A transformers Cache decoding through the oscar-kv kernels (the contract: oscar_kv.hf's docstring).
 
     recipe: "oscar-omni" (OScaR), "oscar-cov" or "oscar-cov-head" (OSCAR; `rotations`: the file oscar-rotate wrote
     for this model, per layer or per KV head, or the rotations calibrate() returned); bits 2 or 4; max_cache_len:
