@@ -10,10 +10,11 @@ int main(int argc, char** argv) {
   oscar::KernelRotationRequest r;
   bool quiet = false;
   app.add_option("--calib", r.calib, "calibration dump (oscar-dump or experiments/hf_dump.py) of the model, on other text than "
-                                     "the evaluated one; needed by calibrated recipes (oscar-cov, oscar-cov-head)")
+                                     "the evaluated one; needed by calibrated recipes (oscar-cov, oscar-cov-head); - reads the dump's file image from "
+                                     "standard input")
       ->check(oscar::cli::not_a_folder());
   app.add_option("--recipe", r.recipe, "preset name (oscar-cov, oscar-cov-head, oscar-omni, ...) or a recipe YAML file")->required();
-  app.add_option("--out", r.out, "the rotations file to write (HDF5; written atomically)")->required();
+  app.add_option("--out", r.out, "the rotations file to write (HDF5; written atomically); - writes its file image to standard output")->required();
   app.add_option("--head-dim", r.head_dim, "the model's head_dim (without --calib; with it, must match the dump)")
       ->check(oscar::cli::whole_number_in(1, 8192))
       ->default_str("from --calib");
@@ -28,7 +29,7 @@ int main(int argc, char** argv) {
     r.progress = !quiet;
     const oscar::KernelRotations k = oscar::run_kernel_rotations(r);
     if (!quiet)
-      fmt::print("{}: recipe {}, {} / {}{}, {} layers, head_dim {}, calibration {}\n", r.out, k.recipe,
+      fmt::print(r.out == "-" ? stderr : stdout, "{}: recipe {}, {} / {}{}, {} layers, head_dim {}, calibration {}\n", r.out, k.recipe,
                  oscar::kernel_rotation_kind_name(k.key_kind), oscar::kernel_rotation_kind_name(k.value_kind),
                  k.per_kv_head ? fmt::format(" per KV head ({})", k.n_kv_heads) : "", k.n_layers, k.head_dim, k.calibration);
     return 0;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """serve_bench.py: end-to-end decoding of a Llama-3-8B-shaped model with random bf16 weights under CUDA graphs, a
-BF16 KV cache (the best PyTorch SDPA backend) against oscar-cov and oscar-omni INT2 caches (issue 15, item 4).
+BF16 KV cache (the best PyTorch SDPA backend) against oscar-cov and oscar-omni INT2 caches.
 
 The model, a decode loop in the manner of llama2.c's run.c: embedding 128256 x 4096; 32 layers of RMSNorm, a fused
 QKV projection (32 query / 8 KV heads, head_dim 128), RoPE (theta 500000, pairs of channels) on q and k, attention,

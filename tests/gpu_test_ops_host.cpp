@@ -23,9 +23,9 @@
 //     mis-merged split or missed large-value rescaling moves the output far more.
 //   long (32 sequences x 8 KV heads x 65,529 tokens, spread attention, zero-mean values; sequences 0 and
 //     B-1 checked): every warp accumulates thousands of tokens and |out| ~ |v| / 150, so this relative error
-//     is ~150x harsher than on peaky attention. Measured on the H100 (2026-11-23, BENCHMARKS.md fifth
-//     section): bf16 1.9e-3 (its bf16 P: the floor of a bf16 P V), cov INT2 2.4e-3, INT4 2.2e-3, omni INT2
-//     7.3e-4, INT4 8.9e-4; earlier faults read 9.1e-3 .. 0.243. Bound 5e-3: above the bf16-weight floor
+//     is ~150x harsher than on peaky attention. Measured on the H100 (2026-11-23, BENCHMARKS.md, decode
+//     accuracy): bf16 1.9e-3 (its bf16 P: the floor of a bf16 P V), cov INT2 2.4e-3, INT4 2.2e-3, omni INT2
+//     7.3e-4, INT4 8.9e-4; a value offset left in the accumulators reads 9.1e-3 .. 0.243. Bound 5e-3: above the bf16-weight floor
 //     (1.8e-3 emulated in experiments/diagnostics/cov_value_rounding.cpp) with margin, below every fault.
 //   real: every layer of kjv-llama-hd128 on held-out Revelation (Hadamard-rotated q/k/v, bf16; batch of
 //     lengths 1536, 1459, 301, each sequence's last query): cache == twin, decode within 1e-2 (as decode).

@@ -36,7 +36,7 @@ TEST_CASE("oscar-cov memory at 128K tokens vs BF16", "[kv_cache_format]") {
   CHECK(bf16_state_bytes(T, 128) == 67108864);  // 131072 * 512
   const double ratio2 = double(bf16_state_bytes(T, 128)) / double(state_bytes(T, 128, 2, 64, 256));
   CHECK(ratio2 == Approx(7.0066).epsilon(1e-4));
-  CHECK(ratio2 >= 6.5);  // the target, all metadata and windows included
+  CHECK(ratio2 >= 6.5);  // the format's target, all metadata and windows included
   // INT4: 163840 + 130752 * 136 = 17946112
   CHECK(state_bytes(T, 128, 4, 64, 256) == 17946112);
   CHECK(double(bf16_state_bytes(T, 128)) / double(state_bytes(T, 128, 4, 64, 256)) == Approx(3.7394).epsilon(1e-4));

@@ -1,6 +1,6 @@
 // test_kernel_bench.cpp: the kernel benchmark's output (lib 12_bench) keeps the format that
-// experiments/regenerate.sh and README splice (the printf formats oscar-bench had before it moved into
-// lib/), its JSON parses with every number, and bad configurations or a missing GPU are one clear error.
+// experiments/regenerate.sh writes into RESULTS.md, its JSON parses with every number, and bad
+// configurations or a missing GPU are one clear error.
 #include <catch2/catch.hpp>
 
 #include <cstdio>

@@ -1,4 +1,4 @@
-// test_perhead.cpp: covariance rotations per KV head (recipe option covariance_scope: kv-head, issue 14 item 2):
+// test_perhead.cpp: covariance rotations per KV head (recipe option covariance_scope: kv-head):
 // the option parses and refuses bad values; on synthetic dumps the per-KV-head fit equals a direct computation
 // of each head's statistics and, with one KV head, the per-layer fit bit for bit; the rotations of a per-head
 // recipe reach each KV head (cache_sim, QuantizedKvCache) and survive the rotations file.

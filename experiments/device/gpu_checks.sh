@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_checks.sh DEVBIN OUT [tests|bench|all]: everything a GPU session verifies, in one command, on binaries packed by
+# gpu_checks.sh DEVBIN OUT [tests|bench|all]: every check of a GPU machine, in one command, on binaries packed by
 # pack.sh (DEVBIN = the unpacked folder with bin/ and lib/): every GPU test (gpu_test_ops --slow, gpu_test_eval;
 # logs in OUT), compute-sanitizer memcheck on a selection of gpu_test_ops's cases, the kernel benchmark (oscar-bench, Markdown + JSON), PyTorch SDPA side by
 # side (bench_vs_sdpa.py, when torch is importable; with large_shape_check.py first), oscar-eval --gpu for oscar-omni and oscar-cov,

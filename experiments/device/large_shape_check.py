@@ -6,7 +6,7 @@ bf16 K/V, decodes, and decodes again the first and last batch entries from cache
 the same rows: the entries are independent, so the outputs must agree up to the arithmetic error of the
 different split plans (batch 1: many short splits; batched: few long ones). Random zero-mean data and
 spread attention make that error show (the output is ~1/sqrt(n) of the values): measured on the H100
-(2026-11-23) 3e-3..6e-3 relative; 0.13..0.71 before the PV accumulators were kept centred. Bound 1e-2
+(2026-11-23) 3e-3..6e-3 relative; 0.13..0.71 with PV accumulators that are not kept centred. Bound 1e-2
 (an indexing or offset fault moves the output by O(1)). Also prints each output's relative error against SDPA's bf16 attention, per entry, to tell a
 kernel fault from a property of the data. Exits 1 on a mismatch.
 Caches come from oscar_cov_cache_create / oscar_omni_cache_create through kernels/python/oscar_kv.

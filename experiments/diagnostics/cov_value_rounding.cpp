@@ -1,6 +1,6 @@
 // cov_value_rounding.cpp: emulates, in double with round-to-nearest, the oscar-cov decode kernel's value
-// path on random zero-mean values with spread attention: the kernel before 2026-11-23's fifth session (P V
-// MMA weights bf16(p * scale_v) on exact codes, zero-point term with fp32 p), the kernel now (the same
+// path on random zero-mean values with spread attention: a path with P V MMA weights bf16(p * scale_v) on
+// exact codes and a zero-point term with fp32 p ("codes" below), the kernel's path (the same
 // weights on code - mid only, mid scale_v + zero_v with fp32 p; mid = (2^bits - 1) / 2), the zero term with the same rounded
 // weights, the floor (bf16 p on exact values) and fp16 weights. Diagnostic, not built by CMake:
 //   g++ -O2 -std=c++20 -Ikernels/include experiments/diagnostics/cov_value_rounding.cpp -o /tmp/cov_value_rounding
@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
         const int code = quantize_value(v[c], gp, bits, false, Rounding::HalfEven);
         const double vq = code * double(gp.scale) + gp.zero;
         ref[c] += p * vq;
-        o1[c] += double(pp) * code + double(pf) * gp.zero;                 // before: zero term with fp32 p
-        o5[c] += double(pp) * (code - mid) + double(pf) * (mid * double(gp.scale) + gp.zero);  // now
+        o1[c] += double(pp) * code + double(pf) * gp.zero;                 // codes: zero term with fp32 p
+        o5[c] += double(pp) * (code - mid) + double(pf) * (mid * double(gp.scale) + gp.zero);  // the kernel's
         o2[c] += double(pp) * code + (gp.scale != 0 ? double(pp) * (gp.zero / gp.scale) : pf * gp.zero);  // zero term with pp
         o3[c] += double(pb) * vq;                                          // bf16 p on exact values (floor)
         o4[c] += double(ph) * code + (gp.scale != 0 ? double(ph) * (gp.zero / gp.scale) : pf * gp.zero);  // fp16 weights, same in the zero term
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     auto rel = [&](const std::vector<double>& o) { double n = 0, d = 0; for (int c = 0; c < D; ++c) { n += (o[c] / l - ref[c] / l) * (o[c] / l - ref[c] / l); d += ref[c] / l * ref[c] / l; } return std::sqrt(n / d); };
     worst[0] = std::max(worst[0], rel(o1)); worst[1] = std::max(worst[1], rel(o2)); worst[2] = std::max(worst[2], rel(o3)); worst[3] = std::max(worst[3], rel(o4)); worst[4] = std::max(worst[4], rel(o5));
   }
-  std::printf("cov int%d L=%d: kernel before (pp codes, fp32-p zeros) %.3e | kernel now (pp on code - mid) %.3e | zero term with the same pp %.3e | "
+  std::printf("cov int%d L=%d: pp on codes, fp32-p zeros %.3e | the kernel's (pp on code - mid) %.3e | zero term with the same pp %.3e | "
               "bf16 p on exact values %.3e | fp16 weights, same in the zero term %.3e\n",
               bits, L, worst[0], worst[4], worst[1], worst[2], worst[3]);
 }

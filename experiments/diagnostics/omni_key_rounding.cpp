@@ -1,6 +1,6 @@
 // omni_key_rounding.cpp: a CPU emulation of oscar-omni's decode arithmetic (body chunks, INT2/INT4) on the
-// GPU driver's stress data (same generator and seed), against float64: how the INT4 stress-g4 failure was
-// traced to the fp16 rounding of the block query fragment q^*scale_k (fixed by the exact hi+lo pair).
+// GPU driver's stress data (same generator and seed), against float64: how much of the INT4 stress-g4 error the
+// fp16 rounding of the block query fragment q^*scale_k makes (the kernel takes it as an exact hi+lo pair).
 // Build: g++ -O2 -std=c++20 -ffp-contract=off -Itests -Ikernels/include experiments/diagnostics/omni_key_rounding.cpp
 // Run: a.out [stress-g4|stress-g1|stress-g8] [bits] [appends] [exact keys 0/1] [exact values 0/1]
 #include <cmath>

@@ -1,9 +1,9 @@
-// omni_value_rounding.cpp: emulates, in double with round-to-nearest, the roundings of the oscar-omni
-// decode kernel's value path as it was up to 2026-11-23's fourth session ("kernel" below; the kernel now
-// takes the "proposed fp16 path", BENCHMARKS.md fifth section) (bf16 softmax weights in the P V MMA, fp32 weights in the zero-point term,
+// omni_value_rounding.cpp: emulates, in double with round-to-nearest, the roundings of a bf16 value path for
+// the oscar-omni decode ("bf16 path" below, against the fp16 path the kernel takes; BENCHMARKS.md, decode
+// accuracy) (bf16 softmax weights in the P V MMA, fp32 weights in the zero-point term,
 // value scales fp16 -> bf16, values bf16(code * scale)) on the long-split spread-attention case (gpu_test_ops -o long),
 // and reports the error of each rounding alone against a double reference over the dequantized cache.
-// Diagnostic, not built by CMake (BENCHMARKS.md 2026-11-23, fourth section, has its numbers):
+// Diagnostic, not built by CMake (BENCHMARKS.md, decode accuracy, has its numbers):
 //   g++ -O2 -std=c++20 -Itests -Ikernels/include experiments/diagnostics/omni_value_rounding.cpp -o /tmp/omni_value_rounding
 //   /tmp/omni_value_rounding BITS [L]      (BITS 2 or 4; L default 65529)
 #include <cmath>
@@ -58,12 +58,12 @@ int main(int argc, char** argv) {
             const uint32_t par = v_params[(size_t(h) * cap + t) * 4 + ch / 32];
             const float sc = half_bits_to_float(uint16_t(par)), z = half_bits_to_float(uint16_t(par >> 16));
             const int code = unpack_code(&v_codes[(size_t(h) * cap + t) * (D * bits / 8)], ch, bits);
-            const float vq = bf16r(code * bf16r(sc));    // kernel: bf16(code * bf16(scale))
-            o2[ch] += double(pb) * vq + double(pf) * z;  // kernel: MMA with bf16 p, zero term with fp32 p
+            const float vq = bf16r(code * bf16r(sc));    // bf16 path: bf16(code * bf16(scale))
+            o2[ch] += double(pb) * vq + double(pf) * z;  // bf16 path: MMA with bf16 p, zero term with fp32 p
             o3[ch] += double(pb) * (code * double(sc)) + double(pf) * z;  // scale kept fp16, product exact
             o4[ch] += double(pf) * (bf16r(code * bf16r(sc))) + double(pf) * z;  // p exact, values rounded
             o5[ch] += double(pf) * (code * double(bf16r(sc))) + double(pf) * z;  // only the scale rounding
-            o6[ch] += double(ph) * f16r(code * sc) + double(ph) * z;  // proposed: fp16 values and weights, zeros with the same weights
+            o6[ch] += double(ph) * f16r(code * sc) + double(ph) * z;  // the kernel's fp16 path: values and weights, zeros with the same weights
           } else {
             o2[ch] += double(pb) * vv; o3[ch] += double(pb) * vv; o4[ch] += pf * vv; o5[ch] += pf * vv; o6[ch] += double(ph) * vv;
           }
@@ -75,6 +75,6 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 6; ++i) worst[i] = std::max(worst[i], e[i]);
     }
   }
-  std::printf("int%d L=%d: p bf16 only %.3e | kernel value path %.3e | bf16 p + exact values %.3e | exact p + bf16 values %.3e | only scale->bf16 %.3e | proposed fp16 path %.3e\n",
+  std::printf("int%d L=%d: p bf16 only %.3e | bf16 value path %.3e | bf16 p + exact values %.3e | exact p + bf16 values %.3e | only scale->bf16 %.3e | fp16 path (the kernel's) %.3e\n",
               bits, L, worst[0], worst[1], worst[2], worst[3], worst[4], worst[5]);
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kjv_acceptance.sh BIN_DIR OUT_DIR [NEEDLE_DISTANCES]: issue 15's acceptance check on a machine with a CUDA GPU.
+# kjv_acceptance.sh BIN_DIR OUT_DIR [NEEDLE_DISTANCES]: oscar_kv.hf against oscar-eval, on a machine with a CUDA GPU.
 # kjv-llama-hd128 (bundled float16 parts) is exported to a Hugging Face folder (export_llama2c.py); oscar-dump gives the
 # token ids of held-out Revelation (1024) and Genesis (2048: the first 1024 calibrate, the rest is needle filler);
 # oscar-eval (BIN_DIR, CPU reference; and --gpu, its own kernel path) and experiments/hf_eval.py (transformers +

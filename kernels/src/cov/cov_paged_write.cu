@@ -3,10 +3,10 @@
 // rotation (cov/row_quantize.cuh), so the same tokens give the same codes; its BF16 rows go to the sequence's window
 // slot when it is a sink token or among the last `recent` tokens of the sequence after the step. Under a dense
 // rotation a step of at most `recent` tokens (every decode step) runs in two kernels: the rows rotated into their
-// window slots a 32-column slice per warp (decode/rotate_rows.cuh), then quantized from there; the one-kernel path
-// (each row's lanes reading the whole matrix in dependent rounds) waited on L2/DRAM latency: 48 us a layer for 29
-// tokens of 8 KV heads (H100, vLLM at 100K tokens: 1.54 ms a step of 32 layers), now 5 us for the quantizing kernel
-// (0.17 ms a step) beside the rotation's slices.
+// window slots a 32-column slice per warp (decode/rotate_rows.cuh), then quantized from there: 5 us a layer for the
+// quantizing kernel (0.17 ms a step) beside the rotation's slices, where the one-kernel path (each row's lanes reading
+// the whole matrix in dependent rounds) waits on L2/DRAM latency: 48 us a layer for 29 tokens of 8 KV heads (H100,
+// vLLM at 100K tokens: 1.54 ms a step of 32 layers).
 #include "api_util.h"
 #include "cov/cov_kernels.h"
 #include "cov/row_quantize.cuh"

@@ -86,6 +86,21 @@ std::string read_text_file(const std::string& path) {
   return out;
 }
 
+std::vector<char> read_stream(std::FILE* in, const std::string& what) {
+  std::vector<char> all, buf(1 << 20);
+  for (;;) {
+    const size_t n = std::fread(buf.data(), 1, buf.size(), in);
+    all.insert(all.end(), buf.begin(), buf.begin() + static_cast<long>(n));
+    if (n < buf.size()) break;
+  }
+  if (std::ferror(in)) fail("{}: read error ({}); give a file path instead of -", what, std::strerror(errno));
+  return all;
+}
+
+void write_stream(std::FILE* out, const std::vector<char>& bytes, const std::string& what) {
+  if (std::fwrite(bytes.data(), 1, bytes.size(), out) != bytes.size() || std::fflush(out) != 0) fail_write(what, errno);
+}
+
 std::string sha256_hex(const void* data, size_t n) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;

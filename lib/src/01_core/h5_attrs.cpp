@@ -1,6 +1,8 @@
 // h5_attrs.cpp: HDF5 attribute helpers.
 #include "oscar/01_core/h5_attrs.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -47,6 +49,39 @@ void fail_write(const std::string& file, const H5::Exception& e) {
   t_errno = 0;
   if (err > 0) oscar::fail_write(file, err);
   fail("{}: could not write (HDF5: {}); choose another output location", file, e.getDetailMsg());
+}
+
+bool is_image(const std::vector<char>& image) {
+  static constexpr char kSignature[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
+  return image.size() >= sizeof kSignature && std::equal(std::begin(kSignature), std::end(kSignature), image.begin());
+}
+
+namespace {
+
+H5::FileAccPropList core_driver() {
+  H5::FileAccPropList fapl;
+  fapl.setCore(1 << 20, false);  // grows in 1 MiB steps; never written to a backing file
+  return fapl;
+}
+
+}  // namespace
+
+H5::H5File open_image(const std::vector<char>& image) {
+  H5::FileAccPropList fapl = core_driver();
+  if (H5Pset_file_image(fapl.getId(), const_cast<char*>(image.data()), image.size()) < 0)
+    throw H5::FileIException("open_image", "H5Pset_file_image failed");
+  return H5::H5File("in-memory.h5", H5F_ACC_RDONLY, H5::FileCreatPropList::DEFAULT, fapl);
+}
+
+H5::H5File create_in_memory() { return H5::H5File("in-memory.h5", H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, core_driver()); }
+
+std::vector<char> image_of(H5::H5File& f) {
+  f.flush(H5F_SCOPE_GLOBAL);
+  const ssize_t n = H5Fget_file_image(f.getId(), nullptr, 0);
+  if (n < 0) throw H5::FileIException("image_of", "H5Fget_file_image failed");
+  std::vector<char> bytes(static_cast<size_t>(n));
+  if (H5Fget_file_image(f.getId(), bytes.data(), bytes.size()) < 0) throw H5::FileIException("image_of", "H5Fget_file_image failed");
+  return bytes;
 }
 
 OutputFile::OutputFile(const std::string& final_path) : out_(final_path) {

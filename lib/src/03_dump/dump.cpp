@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <regex>
@@ -285,7 +287,18 @@ struct DumpReader::Impl {
   std::vector<std::string> text;
   std::unique_ptr<std::atomic<bool>[]> layer_checked;  // every tensor of the layer checked for NaN/Inf
 
-  void open(const std::string& file_path);  // opens and validates the dump's structure (the constructor's work)
+  // Opens and validates the dump's structure (the constructor's work): the file at `file_path`, or `image` (an HDF5 file
+  // image) when given, which messages then call `file_path`. Its steps, in order:
+  void open(const std::string& file_path, const std::vector<char>* image);
+  void open_file(const std::string& file_path, const std::vector<char>* image);
+  void read_root();       // the root attributes
+  void read_root_v2();    // the attributes format v2 adds
+  void check_root() const;
+  void read_tokens();     // /token_ids and /token_text
+  void check_layer_groups() const;  // exactly layer_000 .. layer_{n_layers-1}
+  void read_layers();     // each layer's attention (v2) and its tensors' shapes and types
+  LayerAttention read_layer_attention(const H5::Group& grp, const std::string& g) const;
+  void check_layer_tensor(const H5::Group& grp, const std::string& g, const char* t) const;
 
   // Reads the whole dataset /layer/tensor into `out` (float32) or `half` (float16 bits, no conversion).
   void read_raw(int layer, const std::string& tensor, std::vector<float>* out, std::vector<uint16_t>* half) const {
@@ -320,195 +333,237 @@ DumpReader::DumpReader(const std::string& path) : impl_(std::make_unique<Impl>()
   // child process first, so that such a file ends in one error naming it (isolated.h).
   probe_in_child(path, "reading its structure with the HDF5 library (" H5_VERS_INFO ")",
                  "re-create the dump with oscar-dump or experiments/hf_dump.py, and never open untrusted dumps elsewhere",
-                 [&] { Impl().open(path); });
-  impl_->open(path);
+                 [&] { Impl().open(path, nullptr); });
+  impl_->open(path, nullptr);
 }
 
-void DumpReader::Impl::open(const std::string& file_path) {
+DumpReader::DumpReader(const std::vector<char>& image, const std::string& name) : impl_(std::make_unique<Impl>()) {
   h5::silence();
-  path = file_path;
-  {
+  probe_in_child(name, "reading its structure with the HDF5 library (" H5_VERS_INFO ")",
+                 "re-create the dump with oscar-dump or experiments/hf_dump.py, and never open untrusted dumps elsewhere",
+                 [&] { Impl().open(name, &image); });
+  impl_->open(name, &image);
+}
+
+void DumpReader::Impl::open_file(const std::string& file_path, const std::vector<char>* image) {
+  if (image) {
+    if (!h5::is_image(*image))
+      fail("{}: not an HDF5 file, or truncated or corrupt (no valid HDF5 signature); re-create the dump", path);
+  } else {
     std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) fail("{}: no such file", path);
-    if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, expected an HDF5 dump", path);
+    if (!std::filesystem::exists(file_path, ec)) fail("{}: no such file", path);
+    if (std::filesystem::is_directory(file_path, ec)) fail("{}: is a directory, expected an HDF5 dump", path);
+    if (H5::H5File::isHdf5(file_path.c_str()) <= 0)
+      fail("{}: not an HDF5 file, or truncated or corrupt (no valid HDF5 signature); re-create the dump", path);
   }
-  if (H5::H5File::isHdf5(path.c_str()) <= 0)
-    fail("{}: not an HDF5 file, or truncated or corrupt (no valid HDF5 signature); re-create the dump", path);
   try {
-    file = std::make_unique<H5::H5File>(path, H5F_ACC_RDONLY);
+    file = image ? std::make_unique<H5::H5File>(h5::open_image(*image)) : std::make_unique<H5::H5File>(file_path, H5F_ACC_RDONLY);
   } catch (const H5::Exception& e) {
     fail("{}: cannot open as HDF5 ({}); the file is truncated or corrupt: re-create the dump", path, e.getDetailMsg());
   }
+}
+
+void DumpReader::Impl::read_root() {
   const H5::H5File& f = *file;
   DumpInfo& I = info;
+  const h5::AttrReader A{f, path, "this file does not follow the oscar-kv dump schema (see README, 'Dump format')"};
+  const std::string format = A.str("format");
+  if (format != kDumpFormat) fail("{}: attribute format='{}', expected '{}'", path, format, kDumpFormat);
+  const long long version = A.i64("format_version");
+  if (version != 1 && version != 2)
+    fail("{}: dump format version {} is not supported (this build reads 1 and 2); re-create the dump with this "
+         "build's oscar-dump, or use a newer oscar-kv",
+         path, version);
+  I.format_version = static_cast<int>(version);
+  I.model_name = A.str("model_name");
+  I.checkpoint_sha256 = A.str("checkpoint_sha256");
+  // bounded before they size anything: no model has more (the tokens: 2^31 is far beyond any context)
+  I.n_layers = static_cast<int>(A.i64_in("n_layers", 1, 4096));
+  I.n_heads = static_cast<int>(A.i64_in("n_heads", 1, 4096));
+  I.n_kv_heads = static_cast<int>(A.i64_in("n_kv_heads", 1, 4096));
+  I.head_dim = static_cast<int>(A.i64_in("head_dim", 1, 8192));
+  I.rope_convention = A.str("rope_convention");
+  I.rope_theta = A.f64("rope_theta");
+  I.text_source = A.str("text_source");
+  I.token_count = static_cast<long>(A.i64_in("token_count", 1, std::numeric_limits<int>::max()));
+  I.storage_dtype = A.str("storage_dtype");
+  if (f.attrExists("mean_next_token_loss")) I.mean_next_token_loss = A.f64("mean_next_token_loss");
+  if (f.attrExists("producer")) I.producer = A.str("producer");
+  I.architecture = "llama";
+  I.config_json.clear();
+  I.has_pre_rope = true;
+  I.layers.clear();
+  if (version >= 2) read_root_v2();
+}
+
+void DumpReader::Impl::read_root_v2() {
+  DumpInfo& I = info;
+  const h5::AttrReader A{*file, path, "dump format v2 requires it: re-create the dump with oscar-dump or experiments/hf_dump.py"};
+  I.architecture = A.str("architecture");
+  if (I.architecture.empty()) fail("{}: root attribute architecture is empty; re-create the dump", path);
+  I.config_json = A.str("config_json");
+  const nlohmann::json j = nlohmann::json::parse(I.config_json, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    fail("{}: root attribute config_json is not a JSON object ('{}'); the producer wrote a broken configuration: "
+         "re-create the dump",
+         path, I.config_json.substr(0, 40));
+  const long long pre = A.i64("has_pre_rope");
+  if (pre != 0 && pre != 1) fail("{}: root attribute has_pre_rope={}, expected 0 or 1; re-create the dump", path, pre);
+  I.has_pre_rope = pre == 1;
+}
+
+void DumpReader::Impl::check_root() const {
+  const DumpInfo& I = info;
+  if (I.n_layers <= 0 || I.n_heads <= 0 || I.n_kv_heads <= 0 || I.head_dim <= 0 || I.token_count <= 0)
+    fail("{}: attributes n_layers={} n_heads={} n_kv_heads={} head_dim={} token_count={} must all be positive", path,
+         I.n_layers, I.n_heads, I.n_kv_heads, I.head_dim, I.token_count);
+  if (I.n_heads % I.n_kv_heads != 0)
+    fail("{}: n_heads={} is not a multiple of n_kv_heads={}", path, I.n_heads, I.n_kv_heads);
+  if (I.storage_dtype != "float32" && I.storage_dtype != "float16")
+    fail("{}: storage_dtype='{}', expected float32 or float16", path, I.storage_dtype);
+  const bool v2 = I.format_version >= 2;
+  if (I.rope_convention != "adjacent-pairs" && I.rope_convention != "half-split" && !(v2 && I.rope_convention == "none"))
+    fail("{}: rope_convention='{}', expected adjacent-pairs or half-split{}", path, I.rope_convention, v2 ? " or none" : "");
+}
+
+void DumpReader::Impl::read_tokens() {
+  const H5::H5File& f = *file;
+  const DumpInfo& I = info;
+  if (!f.nameExists("token_ids")) fail("{}: dataset /token_ids is missing", path);
+  H5::DataSet ids_ds = f.openDataSet("token_ids");
+  if (ids_ds.getTypeClass() != H5T_INTEGER || ids_ds.getSpace().getSimpleExtentNdims() != 1 ||
+      ids_ds.getSpace().getSimpleExtentNpoints() != I.token_count)
+    fail("{}: /token_ids must be integer [token_count={}], found {} values", path, I.token_count,
+         ids_ds.getSpace().getSimpleExtentNpoints());
+  h5::check_dataset_storage(ids_ds, path, "token_ids", kRedo);
+  ids.resize(I.token_count);
+  ids_ds.read(ids.data(), H5::PredType::NATIVE_INT);
+  if (!f.nameExists("token_text")) return;
+  H5::DataSet tt = f.openDataSet("token_text");
+  h5::check_dataset_storage(tt, path, "token_text", kRedo);
+  if (tt.getTypeClass() != H5T_STRING || tt.getSpace().getSimpleExtentNpoints() != I.token_count)
+    fail("{}: /token_text must hold {} strings", path, I.token_count);
+  H5::StrType st = tt.getStrType();
+  if (st.isVariableStr()) {
+    std::vector<char*> ptrs(I.token_count, nullptr);
+    H5::StrType mt(H5::PredType::C_S1, H5T_VARIABLE);
+    tt.read(ptrs.data(), mt);
+    for (char* p : ptrs) text.emplace_back(p ? p : "");
+    H5Dvlen_reclaim(mt.getId(), tt.getSpace().getId(), H5P_DEFAULT, ptrs.data());
+  } else {
+    const size_t w = st.getSize();
+    std::vector<char> buf(w * I.token_count);
+    tt.read(buf.data(), st);
+    for (long i = 0; i < I.token_count; ++i) {
+      std::string s(buf.data() + i * w, w);
+      s.resize(std::strlen(s.c_str()));
+      text.push_back(s);
+    }
+  }
+}
+
+void DumpReader::Impl::check_layer_groups() const {
+  const H5::H5File& f = *file;
+  const int n_layers = info.n_layers;
+  const std::regex layer_name("layer_[0-9]+");
+  int groups = 0, highest = -1;
+  for (hsize_t i = 0; i < f.getNumObjs(); ++i) {
+    const std::string name = f.getObjnameByIdx(i);
+    if (!std::regex_match(name, layer_name)) continue;
+    ++groups;
+    highest = std::max(highest, std::atoi(name.c_str() + 6));
+  }
+  if (groups > n_layers || highest >= n_layers)
+    fail("{}: attribute n_layers={} but the file holds {} layer groups (up to /{}); the attributes and the data "
+         "disagree: re-create the dump, or correct n_layers",
+         path, n_layers, groups, layer_group(highest));
+  for (int l = 0; l < n_layers; ++l)
+    if (!f.nameExists(layer_group(l)))
+      fail("{}: group /{} is missing: attribute n_layers={} but the file holds {} layer groups; the dump is "
+           "incomplete: re-create it",
+           path, layer_group(l), n_layers, groups);
+}
+
+LayerAttention DumpReader::Impl::read_layer_attention(const H5::Group& grp, const std::string& g) const {
+  const LayerAttrs LA{grp, path, g};
+  LayerAttention a;
+  a.scaling = LA.f64("scaling");
+  a.sliding_window = static_cast<long>(LA.i64("sliding_window"));
+  a.softcap = LA.f64("softcap");
+  a.rope_convention = LA.str("rope_convention");
+  a.rotary_dim = static_cast<int>(LA.i64_in("rotary_dim", 0, 8192));
+  a.rope_theta = LA.f64("rope_theta");
+  if (grp.nameExists("sinks")) {
+    H5::DataSet ds = grp.openDataSet("sinks");
+    h5::check_dataset_storage(ds, path, g + "/sinks", kRedo);
+    H5::DataSpace sp = ds.getSpace();
+    if (ds.getTypeClass() != H5T_FLOAT || sp.getSimpleExtentNdims() != 1 || sp.getSimpleExtentNpoints() != info.n_heads)
+      fail("{}: /{}/sinks must be a float vector [n_heads={}], found {} values in {} dimensions; re-create the dump", path, g,
+           info.n_heads, sp.getSimpleExtentNpoints(), sp.getSimpleExtentNdims());
+    a.sinks.resize(info.n_heads);
+    ds.read(a.sinks.data(), H5::PredType::NATIVE_FLOAT);
+  }
+  const std::string why = attention_problem(a, info.n_heads, info.head_dim);
+  if (!why.empty()) fail("{}: /{}: {}; the producer recorded the layer's attention wrongly: re-create the dump", path, g, why);
+  return a;
+}
+
+void DumpReader::Impl::check_layer_tensor(const H5::Group& grp, const std::string& g, const char* t) const {
+  const DumpInfo& I = info;
+  if (!I.has_pre_rope && is_pre(t)) {
+    if (grp.nameExists(t))
+      fail("{}: /{}/{} is present but has_pre_rope=0 (then no layer holds q_pre or k_pre); the attributes and the "
+           "data disagree: re-create the dump",
+           path, g, t);
+    return;
+  }
+  if (!grp.nameExists(t))
+    fail("{}: dataset /{}/{} is missing{}", path, g, t,
+         is_pre(t) && I.format_version >= 2 ? " although has_pre_rope=1; re-create the dump, or write has_pre_rope=0 with no "
+                                              "q_pre/k_pre in any layer"
+                                            : "");
+  H5::DataSet ds = grp.openDataSet(t);
+  const int heads = (t[0] == 'q') ? I.n_heads : I.n_kv_heads;
+  H5::DataSpace sp = ds.getSpace();
+  hsize_t dims[3] = {0, 0, 0};
+  if (sp.getSimpleExtentNdims() != 3)
+    fail("{}: /{}/{} has {} dimensions, expected 3 [heads, tokens, head_dim]", path, g, t, sp.getSimpleExtentNdims());
+  sp.getSimpleExtentDims(dims);
+  if (dims[0] != static_cast<hsize_t>(heads) || dims[1] != static_cast<hsize_t>(I.token_count) ||
+      dims[2] != static_cast<hsize_t>(I.head_dim))
+    fail("{}: /{}/{} has shape [{}, {}, {}], but the attributes imply [{}, {}, {}] (n_{}heads, token_count, "
+         "head_dim)",
+         path, g, t, dims[0], dims[1], dims[2], heads, I.token_count, I.head_dim, t[0] == 'q' ? "" : "kv_");
+  if (ds.getTypeClass() != H5T_FLOAT) fail("{}: /{}/{} is not a floating-point dataset", path, g, t);
+  h5::check_dataset_storage(ds, path, g + "/" + t, kRedo);
+  const size_t bytes = ds.getFloatType().getSize();
+  if (bytes != (I.storage_dtype == "float16" ? 2u : 4u))
+    fail("{}: /{}/{} stores {}-byte floats but storage_dtype is '{}'", path, g, t, bytes, I.storage_dtype);
+}
+
+void DumpReader::Impl::read_layers() {
+  layer_checked = std::make_unique<std::atomic<bool>[]>(info.n_layers);
+  for (int l = 0; l < info.n_layers; ++l) {
+    layer_checked[l] = false;
+    const std::string g = layer_group(l);
+    if (!file->nameExists(g)) fail("{}: group /{} is missing (n_layers={}); the dump is incomplete: re-create it", path, g, info.n_layers);
+    const H5::Group grp = file->openGroup(g);
+    if (info.format_version >= 2) info.layers.push_back(read_layer_attention(grp, g));
+    for (const char* t : kTensors) check_layer_tensor(grp, g, t);
+  }
+}
+
+void DumpReader::Impl::open(const std::string& file_path, const std::vector<char>* image) {
+  h5::silence();
+  path = file_path;
+  open_file(file_path, image);
   try {
-    h5::refuse_links(f, path, "re-create the dump with oscar-dump or experiments/hf_dump.py");
-    const h5::AttrReader A{f, path, "this file does not follow the oscar-kv dump schema (see README, 'Dump format')"};
-    const std::string format = A.str("format");
-    if (format != kDumpFormat) fail("{}: attribute format='{}', expected '{}'", path, format, kDumpFormat);
-    const long long version = A.i64("format_version");
-    if (version != 1 && version != 2)
-      fail("{}: dump format version {} is not supported (this build reads 1 and 2); re-create the dump with this "
-           "build's oscar-dump, or use a newer oscar-kv",
-           path, version);
-    I.format_version = static_cast<int>(version);
-    I.model_name = A.str("model_name");
-    I.checkpoint_sha256 = A.str("checkpoint_sha256");
-    // bounded before they size anything: no model has more (the tokens: 2^31 is far beyond any context)
-    I.n_layers = static_cast<int>(A.i64_in("n_layers", 1, 4096));
-    I.n_heads = static_cast<int>(A.i64_in("n_heads", 1, 4096));
-    I.n_kv_heads = static_cast<int>(A.i64_in("n_kv_heads", 1, 4096));
-    I.head_dim = static_cast<int>(A.i64_in("head_dim", 1, 8192));
-    I.rope_convention = A.str("rope_convention");
-    I.rope_theta = A.f64("rope_theta");
-    I.text_source = A.str("text_source");
-    I.token_count = static_cast<long>(A.i64_in("token_count", 1, std::numeric_limits<int>::max()));
-    I.storage_dtype = A.str("storage_dtype");
-    if (f.attrExists("mean_next_token_loss")) I.mean_next_token_loss = A.f64("mean_next_token_loss");
-    if (f.attrExists("producer")) I.producer = A.str("producer");
-    I.architecture = "llama";
-    I.config_json.clear();
-    I.has_pre_rope = true;
-    I.layers.clear();
-    if (version >= 2) {
-      const h5::AttrReader A2{f, path, "dump format v2 requires it: re-create the dump with oscar-dump or experiments/hf_dump.py"};
-      I.architecture = A2.str("architecture");
-      if (I.architecture.empty()) fail("{}: root attribute architecture is empty; re-create the dump", path);
-      I.config_json = A2.str("config_json");
-      const nlohmann::json j = nlohmann::json::parse(I.config_json, nullptr, false);
-      if (j.is_discarded() || !j.is_object())
-        fail("{}: root attribute config_json is not a JSON object ('{}'); the producer wrote a broken configuration: "
-             "re-create the dump",
-             path, I.config_json.substr(0, 40));
-      const long long pre = A2.i64("has_pre_rope");
-      if (pre != 0 && pre != 1) fail("{}: root attribute has_pre_rope={}, expected 0 or 1; re-create the dump", path, pre);
-      I.has_pre_rope = pre == 1;
-    }
-    if (I.n_layers <= 0 || I.n_heads <= 0 || I.n_kv_heads <= 0 || I.head_dim <= 0 || I.token_count <= 0)
-      fail("{}: attributes n_layers={} n_heads={} n_kv_heads={} head_dim={} token_count={} must all be positive", path,
-           I.n_layers, I.n_heads, I.n_kv_heads, I.head_dim, I.token_count);
-    if (I.n_heads % I.n_kv_heads != 0)
-      fail("{}: n_heads={} is not a multiple of n_kv_heads={}", path, I.n_heads, I.n_kv_heads);
-    if (I.storage_dtype != "float32" && I.storage_dtype != "float16")
-      fail("{}: storage_dtype='{}', expected float32 or float16", path, I.storage_dtype);
-    if (I.rope_convention != "adjacent-pairs" && I.rope_convention != "half-split" &&
-        !(version >= 2 && I.rope_convention == "none"))
-      fail("{}: rope_convention='{}', expected adjacent-pairs or half-split{}", path, I.rope_convention,
-           version >= 2 ? " or none" : "");
-    if (!f.nameExists("token_ids")) fail("{}: dataset /token_ids is missing", path);
-    H5::DataSet ids_ds = f.openDataSet("token_ids");
-    if (ids_ds.getTypeClass() != H5T_INTEGER || ids_ds.getSpace().getSimpleExtentNdims() != 1 ||
-        ids_ds.getSpace().getSimpleExtentNpoints() != I.token_count)
-      fail("{}: /token_ids must be integer [token_count={}], found {} values", path, I.token_count,
-           ids_ds.getSpace().getSimpleExtentNpoints());
-    h5::check_dataset_storage(ids_ds, path, "token_ids", kRedo);
-    ids.resize(I.token_count);
-    ids_ds.read(ids.data(), H5::PredType::NATIVE_INT);
-    if (f.nameExists("token_text")) {
-      H5::DataSet tt = f.openDataSet("token_text");
-      h5::check_dataset_storage(tt, path, "token_text", kRedo);
-      if (tt.getTypeClass() != H5T_STRING || tt.getSpace().getSimpleExtentNpoints() != I.token_count)
-        fail("{}: /token_text must hold {} strings", path, I.token_count);
-      H5::StrType st = tt.getStrType();
-      if (st.isVariableStr()) {
-        std::vector<char*> ptrs(I.token_count, nullptr);
-        H5::StrType mt(H5::PredType::C_S1, H5T_VARIABLE);
-        tt.read(ptrs.data(), mt);
-        for (char* p : ptrs) text.emplace_back(p ? p : "");
-        H5Dvlen_reclaim(mt.getId(), tt.getSpace().getId(), H5P_DEFAULT, ptrs.data());
-      } else {
-        const size_t w = st.getSize();
-        std::vector<char> buf(w * I.token_count);
-        tt.read(buf.data(), st);
-        for (long i = 0; i < I.token_count; ++i) {
-          std::string s(buf.data() + i * w, w);
-          s.resize(std::strlen(s.c_str()));
-          text.push_back(s);
-        }
-      }
-    }
-    {  // the layer groups present must be exactly layer_000 .. layer_{n_layers-1}
-      const std::regex layer_name("layer_[0-9]+");
-      int groups = 0, highest = -1;
-      for (hsize_t i = 0; i < f.getNumObjs(); ++i) {
-        const std::string name = f.getObjnameByIdx(i);
-        if (!std::regex_match(name, layer_name)) continue;
-        ++groups;
-        highest = std::max(highest, std::atoi(name.c_str() + 6));
-      }
-      if (groups > I.n_layers || highest >= I.n_layers)
-        fail("{}: attribute n_layers={} but the file holds {} layer groups (up to /{}); the attributes and the data "
-             "disagree: re-create the dump, or correct n_layers",
-             path, I.n_layers, groups, layer_group(highest));
-      for (int l = 0; l < I.n_layers; ++l)
-        if (!f.nameExists(layer_group(l)))
-          fail("{}: group /{} is missing: attribute n_layers={} but the file holds {} layer groups; the dump is "
-               "incomplete: re-create it",
-               path, layer_group(l), I.n_layers, groups);
-    }
-    layer_checked = std::make_unique<std::atomic<bool>[]>(I.n_layers);
-    for (int l = 0; l < I.n_layers; ++l) layer_checked[l] = false;
-    for (int l = 0; l < I.n_layers; ++l) {
-      const std::string g = layer_group(l);
-      if (!f.nameExists(g))
-        fail("{}: group /{} is missing (n_layers={}); the dump is incomplete: re-create it", path, g, I.n_layers);
-      H5::Group grp = f.openGroup(g);
-      if (version >= 2) {
-        const LayerAttrs LA{grp, path, g};
-        LayerAttention a;
-        a.scaling = LA.f64("scaling");
-        a.sliding_window = static_cast<long>(LA.i64("sliding_window"));
-        a.softcap = LA.f64("softcap");
-        a.rope_convention = LA.str("rope_convention");
-        a.rotary_dim = static_cast<int>(LA.i64_in("rotary_dim", 0, 8192));
-        a.rope_theta = LA.f64("rope_theta");
-        if (grp.nameExists("sinks")) {
-          H5::DataSet ds = grp.openDataSet("sinks");
-          h5::check_dataset_storage(ds, path, g + "/sinks", kRedo);
-          H5::DataSpace sp = ds.getSpace();
-          if (ds.getTypeClass() != H5T_FLOAT || sp.getSimpleExtentNdims() != 1 ||
-              sp.getSimpleExtentNpoints() != I.n_heads)
-            fail("{}: /{}/sinks must be a float vector [n_heads={}], found {} values in {} dimensions; re-create the dump",
-                 path, g, I.n_heads, sp.getSimpleExtentNpoints(), sp.getSimpleExtentNdims());
-          a.sinks.resize(I.n_heads);
-          ds.read(a.sinks.data(), H5::PredType::NATIVE_FLOAT);
-        }
-        const std::string why = attention_problem(a, I.n_heads, I.head_dim);
-        if (!why.empty()) fail("{}: /{}: {}; the producer recorded the layer's attention wrongly: re-create the dump", path, g, why);
-        I.layers.push_back(std::move(a));
-      }
-      for (const char* t : kTensors) {
-        if (!I.has_pre_rope && is_pre(t)) {
-          if (grp.nameExists(t))
-            fail("{}: /{}/{} is present but has_pre_rope=0 (then no layer holds q_pre or k_pre); the attributes and the "
-                 "data disagree: re-create the dump",
-                 path, g, t);
-          continue;
-        }
-        if (!grp.nameExists(t))
-          fail("{}: dataset /{}/{} is missing{}", path, g, t,
-               is_pre(t) && version >= 2 ? " although has_pre_rope=1; re-create the dump, or write has_pre_rope=0 with no "
-                                           "q_pre/k_pre in any layer"
-                                         : "");
-        H5::DataSet ds = grp.openDataSet(t);
-        const int heads = (t[0] == 'q') ? I.n_heads : I.n_kv_heads;
-        H5::DataSpace sp = ds.getSpace();
-        hsize_t dims[3] = {0, 0, 0};
-        if (sp.getSimpleExtentNdims() != 3)
-          fail("{}: /{}/{} has {} dimensions, expected 3 [heads, tokens, head_dim]", path, g, t, sp.getSimpleExtentNdims());
-        sp.getSimpleExtentDims(dims);
-        if (dims[0] != static_cast<hsize_t>(heads) || dims[1] != static_cast<hsize_t>(I.token_count) ||
-            dims[2] != static_cast<hsize_t>(I.head_dim))
-          fail("{}: /{}/{} has shape [{}, {}, {}], but the attributes imply [{}, {}, {}] (n_{}heads, token_count, "
-               "head_dim)",
-               path, g, t, dims[0], dims[1], dims[2], heads, I.token_count, I.head_dim, t[0] == 'q' ? "" : "kv_");
-        if (ds.getTypeClass() != H5T_FLOAT) fail("{}: /{}/{} is not a floating-point dataset", path, g, t);
-        h5::check_dataset_storage(ds, path, g + "/" + t, kRedo);
-        const size_t bytes = ds.getFloatType().getSize();
-        if (bytes != (I.storage_dtype == "float16" ? 2u : 4u))
-          fail("{}: /{}/{} stores {}-byte floats but storage_dtype is '{}'", path, g, t, bytes, I.storage_dtype);
-      }
-    }
+    h5::refuse_links(*file, path, kRedo);
+    read_root();
+    check_root();
+    read_tokens();
+    check_layer_groups();
+    read_layers();
   } catch (const H5::Exception& e) {
     fail("{}: HDF5 error while reading the dump's structure ({}); the file may be truncated or corrupt", path,
          e.getDetailMsg());

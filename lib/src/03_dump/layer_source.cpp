@@ -133,6 +133,8 @@ std::string same_data_reason(const PassageOrigin& a, const PassageOrigin& b) {
 // ---- dump-fed ----
 DumpLayerSource::DumpLayerSource(const std::string& path)
     : owned_(std::make_unique<DumpReader>(path)), reader_(owned_.get()), origin_(dump_origin(*owned_)) {}
+DumpLayerSource::DumpLayerSource(std::unique_ptr<DumpReader> reader)
+    : owned_(std::move(reader)), reader_(owned_.get()), origin_(dump_origin(*owned_)) {}
 DumpLayerSource::DumpLayerSource(const DumpReader& reader) : reader_(&reader), origin_(dump_origin(reader)) {}
 
 LayerDump DumpLayerSource::layer(int l, const std::vector<std::string>& tensors) const { return reader_->read_layer(l, tensors); }

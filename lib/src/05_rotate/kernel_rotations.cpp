@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "oscar/01_core/error.h"
+#include "oscar/01_core/file_io.h"
 #include "oscar/01_core/h5_attrs.h"
 #include "oscar/01_core/output_files.h"
 #include "oscar/03_dump/layer_source.h"
@@ -122,58 +123,78 @@ KernelRotations kernel_rotations(const Recipe& r, int n_layers, int head_dim, in
   return k;
 }
 
-KernelRotations run_kernel_rotations(const KernelRotationRequest& req) {
-  if (req.out.empty()) fail("--out is empty; name the rotations file to write (e.g. rot.h5)");
-  check_output_file(req.out);  // before any work: a missing folder or an unwritable place fails at once
-  check_not_input(req.out, {req.calib, req.recipe.ends_with(".yaml") ? req.recipe : std::string()});
-  const RecipeFile rf = req.recipe.ends_with(".yaml") ? load_recipe_file(req.recipe) : load_preset(req.recipe);
-  const Recipe& r = rf.recipe;
-  if (req.calib.empty()) {
-    if (r.calibrated())
-      fail("recipe {} needs covariance rotations fitted on a calibration dump; pass --calib DUMP.h5 (a dump of the same model "
-           "on other text, from oscar-dump or experiments/hf_dump.py)",
-           r.name);
-    if (req.head_dim <= 0)
-      fail("recipe {} needs the model's head_dim; pass --head-dim (e.g. 128) or --calib DUMP.h5 (a dump of the model)", r.name);
-    // Dense matrices (random orthogonal ones, keys and values) for every layer: bounded before any is drawn.
-    const bool dense = kind_of(r.key_rotation.kind) == KernelRotationKind::Matrix ||
-                       kind_of(r.value_rotation.kind) == KernelRotationKind::Matrix;
-    const uint64_t bytes = !dense ? 0 : 2ull * static_cast<uint64_t>(std::max(req.layers, 1)) * static_cast<uint64_t>(req.head_dim) *
-                           static_cast<uint64_t>(req.head_dim) * sizeof(float);
-    if (bytes > (uint64_t{4} << 30))
-      fail("--layers {} --head-dim {}: the rotations would take {:.1f} GB (at most 4 GB are written); check the model's "
-           "shape",
-           req.layers, req.head_dim, static_cast<double>(bytes) / 1e9);
-    check_output_file(req.out, bytes);  // and room for them
-    KernelRotations k = kernel_rotations(r, req.layers, req.head_dim, req.kv_heads, nullptr, fmt::format("--head-dim {}", req.head_dim));
-    save_kernel_rotations(k, req.out);
-    return k;
-  }
-  {
-    std::error_code ec;
-    if (!std::filesystem::exists(req.calib, ec))
-      fail("{}: no such file; give the calibration dump (written by oscar-dump or experiments/hf_dump.py) or fix the path", req.calib);
-  }
-  const DumpLayerSource cal(req.calib);  // opens and validates the dump (truncated, not a dump: errors naming it)
+namespace {
+
+// Without a calibration dump: the shapes come from the request (--head-dim, --layers, --kv-heads).
+KernelRotations rotations_without_calibration(const Recipe& r, const KernelRotationRequest& req) {
+  if (r.calibrated())
+    fail("recipe {} needs covariance rotations fitted on a calibration dump; pass --calib DUMP.h5 (a dump of the same model "
+         "on other text, from oscar-dump or experiments/hf_dump.py)",
+         r.name);
+  if (req.head_dim <= 0)
+    fail("recipe {} needs the model's head_dim; pass --head-dim (e.g. 128) or --calib DUMP.h5 (a dump of the model)", r.name);
+  // Dense matrices (random orthogonal ones, keys and values) for every layer: bounded before any is drawn.
+  const bool dense = kind_of(r.key_rotation.kind) == KernelRotationKind::Matrix ||
+                     kind_of(r.value_rotation.kind) == KernelRotationKind::Matrix;
+  const uint64_t bytes = !dense ? 0 : 2ull * static_cast<uint64_t>(std::max(req.layers, 1)) * static_cast<uint64_t>(req.head_dim) *
+                         static_cast<uint64_t>(req.head_dim) * sizeof(float);
+  if (bytes > (uint64_t{4} << 30))
+    fail("--layers {} --head-dim {}: the rotations would take {:.1f} GB (at most 4 GB are written); check the model's "
+         "shape",
+         req.layers, req.head_dim, static_cast<double>(bytes) / 1e9);
+  if (!is_standard_stream(req.out)) check_output_file(req.out, bytes);  // and room for them
+  return kernel_rotations(r, req.layers, req.head_dim, req.kv_heads, nullptr, fmt::format("--head-dim {}", req.head_dim));
+}
+
+// From a calibration dump: its shapes, and for a calibrated recipe the fit on its layers.
+KernelRotations rotations_from_calibration(const Recipe& r, const KernelRotationRequest& req, const DumpLayerSource& cal) {
   const DumpInfo& I = cal.info();
+  const std::string& name = cal.reader().path();
   auto same = [&](const char* flag, const char* what, int given, int dump) {
     if (given > 0 && given != dump)
-      fail("{}: the dump has {} {} but {} {} was given; drop {} (the dump states it) or pass a dump of that model", req.calib,
-           what, dump, flag, given, flag);
+      fail("{}: the dump has {} {} but {} {} was given; drop {} (the dump states it) or pass a dump of that model", name, what, dump,
+           flag, given, flag);
   };
   same("--head-dim", "head_dim", req.head_dim, I.head_dim);
   same("--layers", "n_layers", req.layers, I.n_layers);
   same("--kv-heads", "n_kv_heads", req.kv_heads, I.n_kv_heads);
   std::optional<CovarianceRotations> calib;
   if (r.calibrated()) calib.emplace(fit_covariance_rotations(cal, req.progress, r.calibrated_per_kv_head()));
-  KernelRotations k = kernel_rotations(r, I.n_layers, I.head_dim, I.n_kv_heads, calib ? &*calib : nullptr, req.calib);
+  KernelRotations k = kernel_rotations(r, I.n_layers, I.head_dim, I.n_kv_heads, calib ? &*calib : nullptr, name);
   k.model_name = I.model_name;
   k.checkpoint_sha256 = I.checkpoint_sha256;
-  save_kernel_rotations(k, req.out);
   return k;
 }
 
-void save_kernel_rotations(const KernelRotations& k, const std::string& path) {
+// The calibration dump: a file, or with `-` its HDF5 file image on standard input.
+std::unique_ptr<DumpReader> open_calibration(const std::string& calib) {
+  if (is_standard_stream(calib)) return std::make_unique<DumpReader>(read_stream(stdin, "standard input"), "standard input");
+  std::error_code ec;
+  if (!std::filesystem::exists(calib, ec))
+    fail("{}: no such file; give the calibration dump (written by oscar-dump or experiments/hf_dump.py) or fix the path", calib);
+  return std::make_unique<DumpReader>(calib);
+}
+
+}  // namespace
+
+KernelRotations run_kernel_rotations(const KernelRotationRequest& req) {
+  if (req.out.empty()) fail("--out is empty; name the rotations file to write (e.g. rot.h5), or - for standard output");
+  const bool to_stdout = is_standard_stream(req.out);
+  if (!to_stdout) {
+    check_output_file(req.out);  // before any work: a missing folder or an unwritable place fails at once
+    check_not_input(req.out, {is_standard_stream(req.calib) ? std::string() : req.calib, req.recipe.ends_with(".yaml") ? req.recipe : std::string()});
+  }
+  const RecipeFile rf = req.recipe.ends_with(".yaml") ? load_recipe_file(req.recipe) : load_preset(req.recipe);
+  const KernelRotations k = req.calib.empty() ? rotations_without_calibration(rf.recipe, req)
+                                              : rotations_from_calibration(rf.recipe, req, DumpLayerSource(open_calibration(req.calib)));
+  if (to_stdout) write_stream(stdout, kernel_rotations_image(k), "standard output");  // its HDF5 file image
+  else save_kernel_rotations(k, req.out);
+  return k;
+}
+
+namespace {
+
+void check_consistent(const KernelRotations& k, const std::string& path) {
   const bool matrix = k.key_kind == KernelRotationKind::Matrix;
   if (k.key_kind != k.value_kind || k.head_dim <= 0 || (matrix && (k.n_layers <= 0 || k.matrices() <= 0)) ||
       (matrix && (k.key.size() != static_cast<size_t>(k.n_layers) || k.value.size() != k.key.size())))
@@ -183,39 +204,63 @@ void save_kernel_rotations(const KernelRotations& k, const std::string& path) {
   for (size_t l = 0; l < k.key.size(); ++l)
     if (k.key[l].size() != per_layer || k.value[l].size() != per_layer)
       fail("internal: saving {}: layer {} holds the wrong number of matrix entries", path, l);
-  h5::OutputFile out(path);  // HDF5 failures: one write error naming `path`; the temporary is removed
+}
+
+// The file's content (save_kernel_rotations' format) into an open HDF5 file; HDF5 failures are the caller's.
+void write_contents(H5::H5File& f, const KernelRotations& k) {
   std::optional<H5::Group> g;
   H5::DataSet ds;
+  h5::put_str(f, "format", kFormat);
+  h5::put_i64(f, "version", kVersion);
+  h5::put_str(f, "recipe", k.recipe);
+  h5::put_i64(f, "n_layers", k.n_layers);
+  h5::put_i64(f, "head_dim", k.head_dim);
+  h5::put_i64(f, "n_kv_heads", k.n_kv_heads);
+  h5::put_i64(f, "per_kv_head", k.per_kv_head ? 1 : 0);
+  h5::put_str(f, "key_kind", kernel_rotation_kind_name(k.key_kind));
+  h5::put_str(f, "value_kind", kernel_rotation_kind_name(k.value_kind));
+  h5::put_str(f, "calibration", k.calibration);
+  if (!k.model_name.empty()) h5::put_str(f, "model_name", k.model_name);
+  if (!k.checkpoint_sha256.empty()) h5::put_str(f, "checkpoint_sha256", k.checkpoint_sha256);
+  if (!k.calibration_token_ids.empty()) {
+    const hsize_t n = k.calibration_token_ids.size();
+    ds = f.createDataSet("calibration_token_ids", H5::PredType::STD_I32LE, H5::DataSpace(1, &n));
+    ds.write(k.calibration_token_ids.data(), H5::PredType::NATIVE_INT);
+    ds.close();
+  }
+  for (size_t l = 0; l < k.key.size(); ++l) {
+    g.emplace(f.createGroup(layer_group(static_cast<int>(l))));
+    put_stack(*g, ds, "key_rotation", k.key[l], k.matrices(), k.head_dim);
+    put_stack(*g, ds, "value_rotation", k.value[l], k.matrices(), k.head_dim);
+    g->close();
+  }
+}
+
+}  // namespace
+
+void save_kernel_rotations(const KernelRotations& k, const std::string& path) {
+  check_consistent(k, path);
+  h5::OutputFile out(path);  // HDF5 failures: one write error naming `path`; the temporary is removed
   try {
-    H5::H5File& f = out.file();
-    h5::put_str(f, "format", kFormat);
-    h5::put_i64(f, "version", kVersion);
-    h5::put_str(f, "recipe", k.recipe);
-    h5::put_i64(f, "n_layers", k.n_layers);
-    h5::put_i64(f, "head_dim", k.head_dim);
-    h5::put_i64(f, "n_kv_heads", k.n_kv_heads);
-    h5::put_i64(f, "per_kv_head", k.per_kv_head ? 1 : 0);
-    h5::put_str(f, "key_kind", kernel_rotation_kind_name(k.key_kind));
-    h5::put_str(f, "value_kind", kernel_rotation_kind_name(k.value_kind));
-    h5::put_str(f, "calibration", k.calibration);
-    if (!k.model_name.empty()) h5::put_str(f, "model_name", k.model_name);
-    if (!k.checkpoint_sha256.empty()) h5::put_str(f, "checkpoint_sha256", k.checkpoint_sha256);
-    if (!k.calibration_token_ids.empty()) {
-      const hsize_t n = k.calibration_token_ids.size();
-      ds = f.createDataSet("calibration_token_ids", H5::PredType::STD_I32LE, H5::DataSpace(1, &n));
-      ds.write(k.calibration_token_ids.data(), H5::PredType::NATIVE_INT);
-      ds.close();
-    }
-    for (size_t l = 0; l < k.key.size(); ++l) {
-      g.emplace(f.createGroup(layer_group(static_cast<int>(l))));
-      put_stack(*g, ds, "key_rotation", k.key[l], k.matrices(), k.head_dim);
-      put_stack(*g, ds, "value_rotation", k.value[l], k.matrices(), k.head_dim);
-      g->close();
-    }
+    write_contents(out.file(), k);
   } catch (const H5::Exception& e) {
     out.fail(e);
   }
   out.commit();
+}
+
+std::vector<char> kernel_rotations_image(const KernelRotations& k) {
+  check_consistent(k, "standard output");
+  h5::silence();
+  try {
+    H5::H5File f = h5::create_in_memory();
+    write_contents(f, k);
+    std::vector<char> image = h5::image_of(f);
+    f.close();
+    return image;
+  } catch (const H5::Exception& e) {
+    fail("standard output: could not build the rotations file in memory (HDF5: {}); write it to a file instead of -", e.getDetailMsg());
+  }
 }
 
 KernelRotations load_kernel_rotations(const std::string& path) {

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "oscar/01_core/output_files.h"
 
@@ -45,6 +46,15 @@ class OutputFile {
   AtomicOutput out_;
   std::unique_ptr<H5::H5File> file_;
 };
+
+// HDF5 files held in memory (HDF5's core driver), for a file read from standard input or written to standard output:
+// no temporary file. is_image() checks the HDF5 signature at the start; open_image() opens a copy of `image` read-only
+// (H5::Exception on a corrupt image); create_in_memory() makes an empty file that never touches a disk, whose bytes
+// image_of() returns once its objects are closed.
+bool is_image(const std::vector<char>& image);
+H5::H5File open_image(const std::vector<char>& image);
+H5::H5File create_in_memory();
+std::vector<char> image_of(H5::H5File& f);
 
 // Attribute readers for files from strangers: the type class, the dataspace (scalar or one element; a string array,
 // a null or empty space is refused before HDF5 reads anything) and the size of a fixed-length string are checked first.

@@ -79,6 +79,8 @@ class DumpWriter {
 class DumpReader {
  public:
   explicit DumpReader(const std::string& path);
+  // A dump held in memory as an HDF5 file image (read from standard input); messages and path() call it `name`.
+  DumpReader(const std::vector<char>& image, const std::string& name);
   ~DumpReader();
   DumpReader(DumpReader&&) noexcept;
   const DumpInfo& info() const;

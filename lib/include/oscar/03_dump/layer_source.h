@@ -61,6 +61,7 @@ class LayerSource {
 class DumpLayerSource final : public LayerSource {
  public:
   explicit DumpLayerSource(const std::string& path);  // opens and validates the dump
+  explicit DumpLayerSource(std::unique_ptr<DumpReader> reader);  // owns an open reader (e.g. of an image)
   explicit DumpLayerSource(const DumpReader& reader);  // borrows an open reader (it must outlive this)
   const DumpInfo& info() const override { return reader_->info(); }
   const PassageOrigin& origin() const override { return origin_; }

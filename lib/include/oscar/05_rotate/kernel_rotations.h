@@ -42,9 +42,9 @@ KernelRotations kernel_rotations(const Recipe& r, int n_layers, int head_dim, in
 
 // What oscar-rotate asks for.
 struct KernelRotationRequest {
-  std::string calib;   // calibration dump (HDF5 dump format); "" when none
+  std::string calib;   // calibration dump (HDF5 dump format); "" when none; "-": its file image on standard input
   std::string recipe;  // preset name, or a recipe YAML file (NAME.yaml)
-  std::string out;     // the rotations file to write
+  std::string out;     // the rotations file to write; "-": its file image to standard output
   int head_dim = 0;    // without --calib: the model's head_dim; with it, 0 or the dump's
   int layers = 0;      // without --calib: the model's layer count (needed for matrix kinds); with it, 0 or the dump's
   int kv_heads = 0;    // without --calib: the model's KV head count (0: not stated); with it, 0 or the dump's
@@ -60,6 +60,8 @@ KernelRotations run_kernel_rotations(const KernelRotationRequest& req);
 // checkpoint_sha256 when known; dataset /calibration_token_ids (int32) when known; per layer when the kinds are
 // matrix: /layer_NNN/key_rotation and /layer_NNN/value_rotation, float32 [n][head_dim][head_dim].
 void save_kernel_rotations(const KernelRotations& k, const std::string& path);
+// The same file as an HDF5 file image in memory (what `--out -` writes to standard output).
+std::vector<char> kernel_rotations_image(const KernelRotations& k);
 // Validates format, version, attributes, kinds, shapes, finiteness and orthogonality (1e-4); throws Error naming
 // `path` and what to do on any problem.
 KernelRotations load_kernel_rotations(const std::string& path);

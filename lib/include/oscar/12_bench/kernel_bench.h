@@ -45,7 +45,7 @@ struct KernelBenchResult {
 // Runs every (batch, ctx) of `cfg`, printing the device line and any skipped shape to `log` as it goes.
 KernelBenchResult run_kernel_bench(const KernelBenchConfig& cfg, std::FILE* log = stdout);
 
-// The two Markdown tables oscar-bench prints (experiments/regenerate.sh splices them into README).
+// The two Markdown tables oscar-bench prints (experiments/regenerate.sh writes them into RESULTS.md).
 std::string kernel_bench_markdown(const KernelBenchResult& r);
 // Every number as JSON.
 std::string kernel_bench_json(const KernelBenchResult& r);
