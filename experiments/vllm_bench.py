@@ -22,10 +22,12 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "device"))
+from vllm_child import LLAMA3_8B, run_child, write_config  # noqa: E402
 
 # A profiled kernel's kind by its name, the first pattern that matches (KV writes before "flash": vLLM's
 # reshape_and_cache_flash; TurboQuant's Triton decode is _tq_decode_stage1 + _fwd_kernel_stage2).
@@ -37,13 +39,6 @@ KERNEL_KINDS = [("kv write", r"paged_write|reshape_and_cache|cache_kernel|append
 def kernel_kind(name):
     return next((k for k, rx in KERNEL_KINDS if re.search(rx, name, re.I)), "other kernels")
 
-
-CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
-    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
-    "vocab_size": 128256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-    "torch_dtype": "bfloat16", "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
-}
 
 CHILD = r'''
 import json, sys, time
@@ -156,29 +151,21 @@ def main():
         write_md(res, os.path.join(a.out, "bench.md"))
         return
     os.makedirs(a.out, exist_ok=True)
-    cfg = dict(CONFIG, num_hidden_layers=a.layers, max_position_embeddings=max(131072, a.prompt + a.output))
+    cfg = dict(LLAMA3_8B, num_hidden_layers=a.layers, max_position_embeddings=max(131072, a.prompt + a.output))
     path = os.path.join(a.out, "bench.json")
     res = json.load(open(path)) if os.path.exists(path) else {"config": cfg, "settings": vars(a), "runs": {}}
     child = CHILD.replace("__KERNEL_KINDS__", repr(KERNEL_KINDS))
     with tempfile.TemporaryDirectory() as d:
-        with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump(cfg, f)
+        write_config(d, cfg)
         for item in a.dtypes.split(","):
             dtype, _, cap = item.partition(":")  # NAME:N caps this cache's max_num_seqs (a prefill that would not fit the time)
             max_seqs = int(cap) if cap else a.max_seqs
-            env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+            env = dict(os.environ)
             env.setdefault("OSCAR_KV_ROTATIONS", "random")
-            t0 = time.time()
-            try:
-                p = subprocess.run([sys.executable, "-c", child, d, dtype, str(a.prompt), str(a.output), str(max_seqs), str(a.util),
-                                    str(a.measure_steps), str(a.profile_steps)],
-                                   capture_output=True, text=True, timeout=a.timeout, env=env)
-                rc, text = p.returncode, p.stdout + p.stderr
-            except subprocess.TimeoutExpired as e:
-                rc, text = "timeout", ((e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace"))
-            line = next((l for l in text.splitlines() if l.startswith("RESULT ")), None)
-            r = json.loads(line[7:]) if line else {"dtype": dtype}
-            r.update(rc=rc, wall_s=round(time.time() - t0, 1), prompt=a.prompt, output=a.output, layers=a.layers, max_seqs=max_seqs)
+            line, rc, wall, text = run_child(child, [d, dtype, a.prompt, a.output, max_seqs, a.util, a.measure_steps,
+                                                     a.profile_steps], a.timeout, env)
+            r = dict(line or {"dtype": dtype}, rc=rc, wall_s=wall, prompt=a.prompt, output=a.output, layers=a.layers,
+                     max_seqs=max_seqs)
             if not line:
                 r["log_tail"] = text[-3000:]
             res["runs"][dtype] = r

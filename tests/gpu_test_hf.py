@@ -27,10 +27,10 @@ from gpu_python import check  # noqa: E402
 oscar_kv = gpu_python.require("transformers")
 import torch  # noqa: E402
 import oscar_kv.hf as okv  # noqa: E402
-from oscar_kv import hf_dump  # noqa: E402
+from oscar_kv.hf import architectures  # noqa: E402
 from strict_transformers import strict  # noqa: E402
 
-strict()  # a deprecated transformers API (generate(past_key_values=...), calibrate) fails the test
+strict()  # a deprecated transformers API (calibrate, a cache passed under a deprecated name) fails the test
 import python_twins  # noqa: E402
 
 
@@ -81,8 +81,8 @@ def model_for(arch):
     name = arch
     if arch == "mistral-nowindow":
         arch, window = "mistral", None
-    cfg = hf_dump.tiny_config(arch, head_dim=64, sliding_window=window)
-    model, _, _, _ = hf_dump.build_random(arch, "cuda", torch.float32, cfg=cfg)
+    cfg = architectures.tiny_config(arch, head_dim=64, sliding_window=window)
+    model = architectures.random_model(arch, "cuda", torch.float32, config=cfg)
     return name, model.eval()
 
 
@@ -128,7 +128,7 @@ def run_arch(arch, quick, tmp, one=False):
         want = expected_kernel_layers(name, n)
         check(cache.kernel_layers() == want, f"{name} {recipe}: kernel layers {cache.kernel_layers()}, expected {want}")
         with DecodeChecker() as chk, torch.no_grad():
-            gen = model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, max_new_tokens=new,
+            gen = model.generate(input_ids=ids, attention_mask=mask, **okv.cache_argument(model, cache), max_new_tokens=new,
                                  do_sample=False, min_new_tokens=new, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
         out = gen.sequences
         fp_agree = (out[:, -new:] == full.sequences[:, -new:]).float().mean().item()
@@ -147,7 +147,7 @@ def run_arch(arch, quick, tmp, one=False):
         # through the kernels) agree up to rounding; attending a pad would move them by O(1).
         alone = okv.OscarCache(model, recipe, bits=bits, max_cache_len=P + new + 8, rotations=rot)
         with torch.no_grad():
-            gen1 = model.generate(input_ids=ids[1:, 30:], past_key_values=alone, max_new_tokens=new, do_sample=False, min_new_tokens=new,
+            gen1 = model.generate(input_ids=ids[1:, 30:], **okv.cache_argument(model, alone), max_new_tokens=new, do_sample=False, min_new_tokens=new,
                                   pad_token_id=0, output_logits=True, return_dict_in_generate=True)
         a, b = gen.sequences[1, -new:], gen1.sequences[0, -new:]
         agree = int((a != b).nonzero()[0, 0]) if bool((a != b).any()) else new
@@ -159,7 +159,7 @@ def run_arch(arch, quick, tmp, one=False):
         if name == "llama" and recipe == "oscar-omni" and bits == 2:  # the measure sees attended pads
             unmasked = okv.OscarCache(model, recipe, bits=bits, max_cache_len=P + new + 8, rotations=rot)
             with torch.no_grad():
-                gen2 = model.generate(input_ids=ids, attention_mask=torch.ones_like(mask), past_key_values=unmasked,
+                gen2 = model.generate(input_ids=ids, attention_mask=torch.ones_like(mask), **okv.cache_argument(model, unmasked),
                                       max_new_tokens=2, do_sample=False, min_new_tokens=2, pad_token_id=0, output_logits=True,
                                       return_dict_in_generate=True)
             control = ((gen2.logits[1][1] - gen1.logits[1][0]).norm() / gen1.logits[1][0].norm()).item()
@@ -177,7 +177,7 @@ def run_arch(arch, quick, tmp, one=False):
         calib = torch.randint(3, cfg.vocab_size, (512,), generator=torch.Generator().manual_seed(3)).tolist()
         for recipe in ("oscar-cov", "oscar-cov-head"):
             path = os.path.join(tmp, f"{name}-{recipe}-calibrated.h5")
-            okv.calibrate(model, calib, path, recipe=recipe)
+            rot = okv.calibrate(model, calib, path, recipe=recipe)
             with h5py.File(path, "r") as f:
                 heads = f["layer_000/key_rotation"].shape[0]
                 ids_back = f["calibration_token_ids"][...].tolist()
@@ -185,9 +185,11 @@ def run_arch(arch, quick, tmp, one=False):
             check("oscar_kv.hf.calibrate" in str(label), f"{name} {recipe}: calibration attribute {label!r}")
             check(heads == (cfg.num_key_value_heads if recipe == "oscar-cov-head" else 1), f"{name} {recipe}: {heads} matrices")
             check(ids_back == calib, f"{name} {recipe}: calibration ids not recorded")
-            cache = okv.OscarCache(model, recipe, bits=2, max_cache_len=P + new + 8, rotations=path)
+            # the rotations calibrate returned (oscar-cov) or the file it wrote (oscar-cov-head)
+            cache = okv.OscarCache(model, recipe, bits=2, max_cache_len=P + new + 8,
+                                   rotations=rot if recipe == "oscar-cov" else path)
             with DecodeChecker() as chk, torch.no_grad():
-                model.generate(input_ids=ids, attention_mask=mask, past_key_values=cache, max_new_tokens=new,
+                model.generate(input_ids=ids, attention_mask=mask, **okv.cache_argument(model, cache), max_new_tokens=new,
                                do_sample=False, min_new_tokens=new, pad_token_id=0)
             check(chk.calls > 0 and chk.worst <= 2e-2, f"{name} {recipe} calibrated: {chk.calls} calls, rel err {chk.worst:.2e}")
             print(f"{name:17s} {recipe:14s}@2 calibrated by oscar-rotate on 512 tokens: {chk.calls} decode calls, "
@@ -196,7 +198,7 @@ def run_arch(arch, quick, tmp, one=False):
     cache = okv.OscarCache(model, "oscar-omni", bits=2, max_cache_len=P + new + 8)
     try:
         with torch.no_grad():
-            out = model.generate(input_ids=ids[:1, 30:], past_key_values=cache, max_new_tokens=8, num_beams=2,
+            out = model.generate(input_ids=ids[:1, 30:], **okv.cache_argument(model, cache), max_new_tokens=8, num_beams=2,
                                  do_sample=False, min_new_tokens=8, pad_token_id=0)
         check(tuple(out.shape) == (1, P - 30 + 8), f"{name}: beam search output {tuple(out.shape)}")
     except Exception as e:
@@ -215,7 +217,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="oscar-omni@2 and oscar-cov@2 only")
     ap.add_argument("--one", action="store_true", help="one generate per architecture (oscar-omni@2), for memcheck")
     args = ap.parse_args()
-    archs = hf_dump.ARCHS + ["mistral-nowindow"] if args.arch == "all" else args.arch.split(",")
+    archs = list(architectures.NAMES) + ["mistral-nowindow"] if args.arch == "all" else args.arch.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         for arch in archs:
             try:

@@ -3,7 +3,7 @@
 
 kjv-llama-hd128 (bundled float16 parts) is exported to a temporary Hugging Face folder
 (experiments/hf/export_llama2c.py); oscar-dump (from BUILD_DIR) gives the token ids of 512 tokens of held-out
-Revelation; oscar-eval (CPU reference, BUILD_DIR) evaluates oscar-omni at 2 bits on the same passage; oscar_kv.hf_eval
+Revelation; oscar-eval (CPU reference, BUILD_DIR) evaluates oscar-omni at 2 bits on the same passage; experiments/hf_eval.py
 evaluates the exported model with an OscarCache (oscar-omni@2, every token one at a time through the CUDA kernels) and
 with an ordinary cache rounding K/V to fp16 (oscar-eval's fp16 row).
 Passes (exit 0) when the full-precision losses agree within 1e-3 nats, every layer ran on the kernels,
@@ -49,8 +49,9 @@ def main():
     os.environ["OSCAR_KERNELS_LIB"] = lib
     sys.path.insert(0, os.path.join(src, "kernels", "python"))
     sys.path.insert(0, os.path.join(src, "experiments", "hf"))
+    sys.path.insert(0, os.path.join(src, "experiments"))
     import export_llama2c
-    from oscar_kv import hf_eval as H
+    import hf_eval as H
 
     data = os.path.join(src, "data")
     ckpt = os.path.join(data, "kjv-llama-hd128", "kjv-llama-hd128.f16")

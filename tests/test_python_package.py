@@ -12,36 +12,17 @@ imports, refuses unknown recipes/bits and oscar-cov without rotations, refuses a
 its layer plan for the tiny models of every supported architecture (head_dim 64) puts sliding-window layers on an
 ordinary cache with the reason (soft-capped and sink full-attention layers go to the kernels), and a model whose every
 layer falls back (gemma2 and gpt_oss with only sliding layers: their soft-capping and sinks, which transformers' SDPA
-function drops; mistral with a window) gives the eager model's logits. Exit 0 passed, 1 failed, 77 library not built.
+function drops; mistral with a window) gives the eager model's logits; oscar_kv.hf.calibrate (the in-memory dump piped
+through oscar-rotate) returns and writes rotations equal to the bit those oscar-rotate fits on a file dump of the same
+passage (check_calibrate). The task scorer of experiments/hf_tasks.py (check_tasks). Exit 0 passed, 1 failed, 77
+library not built.
 """
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "kernels" / "python"))
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}")
-
-
-def raises(fn, exc, *texts, what=""):
-    try:
-        fn()
-    except exc as e:
-        msg = str(e)
-        for t in texts:
-            check(t in msg, f"{what}: message {msg!r} lacks {t!r}")
-        return msg
-    except Exception as e:  # noqa: BLE001
-        check(False, f"{what}: raised {type(e).__name__}: {e}, expected {exc.__name__}")
-        return None
-    check(False, f"{what}: nothing raised")
-    return None
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from python_checks import ROOT, check, finish, raises  # noqa: E402
 
 
 class Duck:
@@ -199,63 +180,126 @@ def main():
             transformers = None
             print("transformers not installed: the integration's CPU checks are not run here")
         if transformers is not None:
-            import os
-            os.environ.setdefault("OSCAR_KERNELS_LIB", str(lib.path))
-            import oscar_kv.hf as okv
-            from oscar_kv import hf_dump
-            from transformers import AutoModelForCausalLM
-            sys.path.insert(0, str(ROOT / "tests"))
-            from strict_transformers import DeprecatedApi, strict
-            strict()  # a deprecated transformers API used below fails the test
-            raises(lambda: transformers.DynamicCache(config=hf_dump.tiny_config("llama")).max_cache_len, DeprecatedApi,
-                   "deprecated", what="the deprecation trap")
-            want = {"mistral": [], "gemma2": [1, 3], "gpt_oss": [1, 3], "gemma3": [3]}
-            reasons = {"mistral": "sliding attention (window 24)", "gemma2": "sliding attention", "gpt_oss": "sliding attention",
-                       "gemma3": "sliding attention"}
-            for arch in hf_dump.ARCHS:
-                with torch.device("meta"):
-                    m = AutoModelForCausalLM.from_config(hf_dump.tiny_config(arch, head_dim=64))
-                plan = okv.layer_plan(m, "oscar-omni", 2)
-                on = [i for i, why in plan if why is None]
-                check(on == want.get(arch, [0, 1, 2, 3]), f"{arch}: kernel layers {on}")
-                if arch in reasons:
-                    check(any(why and reasons[arch] in why for _, why in plan), f"{arch}: reasons {plan}")
-                if arch == "llama":
-                    raises(lambda: okv.OscarCache(m, "kivi"), ValueError, "oscar-eval", what="recipe")
-                    raises(lambda: okv.OscarCache(m, "oscar-omni", bits=3), ValueError, "2 or 4", what="hf bits")
-                    raises(lambda: okv.OscarCache(m, "oscar-cov"), ValueError, "calibrate", what="cov without rotations")
-                    if not torch.cuda.is_available():
-                        raises(lambda: okv.OscarCache(m, "oscar-omni"), RuntimeError, "no CUDA device", "oscar-eval",
-                               what="hf cache without CUDA")
-                    raises(lambda: okv.OscarCache(m, "oscar-cov", rotations="/nonexistent/r.h5"), ValueError,
-                           "/nonexistent/r.h5", "oscar-rotate", what="missing rotations file")
-            # models whose every layer falls back compute what the model computes (CPU: no kernel is called)
-            for arch in ("gemma2", "gpt_oss", "mistral"):
-                cfg = hf_dump.tiny_config(arch, head_dim=64)
-                if arch != "mistral":  # only sliding layers: the soft-capped / sink layers that fall back
-                    cfg.layer_types = ["sliding_attention"] * cfg.num_hidden_layers
-                model, _, _, _ = hf_dump.build_random(arch, "cpu", torch.float32, cfg=cfg)
-                ids = torch.randint(3, 500, (2, 40), generator=torch.Generator().manual_seed(1))
-                model.set_attn_implementation("eager")
-                with torch.no_grad():
-                    ref = model(input_ids=ids).logits
-                okv.enable(model)
-                cache = okv.OscarCache(model, "oscar-omni", bits=2, max_cache_len=64)
-                with torch.no_grad():
-                    got = model(input_ids=ids, past_key_values=cache, use_cache=True).logits
-                err = ((got - ref).norm() / ref.norm()).item()
-                check(cache.kernel_layers() == [] and err <= 1e-5, f"{arch}: all layers fall back, logits differ {err:.1e}")
-            with torch.device("meta"):
-                m32 = AutoModelForCausalLM.from_config(hf_dump.tiny_config("llama"))
-            plan = okv.layer_plan(m32, "oscar-cov", 2)
-            check(all(why == "head_dim 32 at 2 bits not compiled" for _, why in plan), f"head_dim 32 plan {plan}")
-            cfg = transformers.MambaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1)
-            with torch.device("meta"):
-                mm = AutoModelForCausalLM.from_config(cfg)
-            raises(lambda: okv.layer_plan(mm, "oscar-omni", 2), ValueError, "'mamba' is not supported", what="mamba")
+            check_integration(lib, torch, transformers)
+            check_calibrate(Path(lib_path).resolve().parents[1] if lib_path else None, torch)
     check_tasks(Path(lib_path).resolve().parents[1] if lib_path else None)
-    print(f"{len(failures)} failures" if failures else "all passed")
-    return 1 if failures else 0
+    return finish()
+
+
+def check_integration(lib, torch, transformers):
+    """The transformers integration without a GPU: refusals, layer plans of every architecture, fallback layers."""
+    import os
+    os.environ.setdefault("OSCAR_KERNELS_LIB", str(lib.path))
+    import oscar_kv.hf as okv
+    from oscar_kv.hf import architectures
+    from transformers import AutoModelForCausalLM
+    from strict_transformers import DeprecatedApi, strict
+    strict()  # a deprecated transformers API used below fails the test
+    # the trap, on both of transformers' ways to announce a deprecation (its logger, a FutureWarning from its modules)
+    raises(lambda: transformers.utils.logging.get_logger("transformers.models").warning_once("x is deprecated, use y"),
+           DeprecatedApi, "deprecated", what="the deprecation trap (logger)")
+    import warnings
+    raises(lambda: warnings.warn_explicit("x is deprecated", FutureWarning, "f.py", 1, module="transformers.models"),
+           FutureWarning, "deprecated", what="the deprecation trap (warning)")
+    want = {"mistral": [], "gemma2": [1, 3], "gpt_oss": [1, 3], "gemma3": [3]}
+    reasons = {"mistral": "sliding attention (window 24)", "gemma2": "sliding attention", "gpt_oss": "sliding attention",
+               "gemma3": "sliding attention"}
+    for arch in architectures.NAMES:
+        with torch.device("meta"):
+            m = AutoModelForCausalLM.from_config(architectures.tiny_config(arch, head_dim=64))
+        plan = okv.layer_plan(m, "oscar-omni", 2)
+        on = [i for i, why in plan if why is None]
+        check(on == want.get(arch, [0, 1, 2, 3]), f"{arch}: kernel layers {on}")
+        if arch in reasons:
+            check(any(why and reasons[arch] in why for _, why in plan), f"{arch}: reasons {plan}")
+        if arch == "llama":
+            raises(lambda: okv.OscarCache(m, "kivi"), ValueError, "oscar-eval", what="recipe")
+            raises(lambda: okv.OscarCache(m, "oscar-omni", bits=3), ValueError, "2 or 4", what="hf bits")
+            raises(lambda: okv.OscarCache(m, "oscar-cov"), ValueError, "calibrate", what="cov without rotations")
+            if not torch.cuda.is_available():
+                raises(lambda: okv.OscarCache(m, "oscar-omni"), RuntimeError, "no CUDA device", "oscar-eval",
+                       what="hf cache without CUDA")
+            raises(lambda: okv.OscarCache(m, "oscar-cov", rotations="/nonexistent/r.h5"), ValueError,
+                   "/nonexistent/r.h5", "oscar-rotate", what="missing rotations file")
+    # models whose every layer falls back compute what the model computes (CPU: no kernel is called)
+    for arch in ("gemma2", "gpt_oss", "mistral"):
+        cfg = architectures.tiny_config(arch, head_dim=64)
+        if arch != "mistral":  # only sliding layers: the soft-capped / sink layers that fall back
+            cfg.layer_types = ["sliding_attention"] * cfg.num_hidden_layers
+        model = architectures.random_model(arch, "cpu", torch.float32, config=cfg)
+        ids = torch.randint(3, 500, (2, 40), generator=torch.Generator().manual_seed(1))
+        model.set_attn_implementation("eager")
+        with torch.no_grad():
+            ref = model(input_ids=ids).logits
+        okv.enable(model)
+        cache = okv.OscarCache(model, "oscar-omni", bits=2, max_cache_len=64)
+        with torch.no_grad():
+            got = model(input_ids=ids, use_cache=True, **okv.cache_argument(model, cache)).logits
+        err = ((got - ref).norm() / ref.norm()).item()
+        check(cache.kernel_layers() == [] and err <= 1e-5, f"{arch}: all layers fall back, logits differ {err:.1e}")
+    with torch.device("meta"):
+        m32 = AutoModelForCausalLM.from_config(architectures.tiny_config("llama"))
+    plan = okv.layer_plan(m32, "oscar-cov", 2)
+    check(all(why == "head_dim 32 at 2 bits not compiled" for _, why in plan), f"head_dim 32 plan {plan}")
+    cfg = transformers.MambaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1)
+    with torch.device("meta"):
+        mm = AutoModelForCausalLM.from_config(cfg)
+    raises(lambda: okv.layer_plan(mm, "oscar-omni", 2), ValueError, "'mamba' is not supported", what="mamba")
+
+
+def built_tool(build, name, what):
+    """BUILD/apps/NAME, or None (saying which checks are skipped) where it is not built."""
+    tool = build / "apps" / name if build else None
+    if tool is None or not tool.is_file():
+        print(f"SKIP: {what} ({name} not built)")
+        return None
+    return tool
+
+def check_calibrate(build, torch):
+    """oscar_kv.hf.calibrate on the CPU with a tiny random llama: the rotations it returns, and those of the file it
+    writes, equal to the bit the ones oscar-rotate fits on a file dump of the same passage (experiments/hf_dump.py
+    --no-pre-rope --check off: the same capture, through a file), for oscar-cov and oscar-cov-head; the file records
+    the passage's ids and names the passage; without `out` nothing is written."""
+    import os
+    import tempfile
+    import h5py
+    import oscar_kv.hf as okv
+    from oscar_kv.hf import architectures
+    tool = built_tool(build, "oscar-rotate", "calibration checks")
+    if tool is None:
+        return
+    with tempfile.TemporaryDirectory() as d:
+        dump = Path(d) / "passage.h5"
+        r = subprocess.run([sys.executable, str(ROOT / "experiments" / "hf_dump.py"), "--random", "llama", "--text",
+                            str(ROOT / "data" / "text" / "kjv.txt.gz"), "--offset", "200", "--tokens", "300", "--check",
+                            "off", "--no-pre-rope", "--device", "cpu", "--out", str(dump)], capture_output=True, text=True)
+        check(r.returncode == 0, f"hf_dump.py of the calibration passage: {r.stderr.strip()[-300:]}")
+        if r.returncode != 0:
+            return
+        with h5py.File(dump, "r") as f:
+            ids = f["token_ids"][...].tolist()
+        model = architectures.random_model("llama")
+        for recipe in ("oscar-cov", "oscar-cov-head"):
+            ref = Path(d) / f"{recipe}-from-file.h5"
+            r = subprocess.run([str(tool), "--calib", str(dump), "--recipe", recipe, "--out", str(ref), "--quiet"],
+                               capture_output=True, text=True)
+            check(r.returncode == 0, f"oscar-rotate --calib FILE: {r.stderr.strip()}")
+            want = okv.load_rotations(str(ref), model, per_head=recipe == "oscar-cov-head")
+            out = Path(d) / f"{recipe}-calibrated.h5"
+            got = okv.calibrate(model, ids, out, recipe=recipe)
+            written = okv.load_rotations(str(out), model, per_head=recipe == "oscar-cov-head")
+            for what, rot in (("returned", got), ("written", written)):
+                same = len(rot) == len(want) and all(torch.equal(a, b) for pr, pw in zip(rot, want) for a, b in zip(pr, pw))
+                check(same, f"calibrate({recipe}): the {what} rotations differ from oscar-rotate's on the file dump")
+            eye = torch.eye(want[0][0].shape[-1])
+            check(not all(torch.equal(m, eye.expand_as(m)) for pair in want for m in pair), f"{recipe}: identity rotations")
+            with h5py.File(out, "r") as f:
+                check(f["calibration_token_ids"][...].tolist() == ids, f"{recipe}: the file's calibration ids")
+                check("300-token passage through oscar_kv.hf.calibrate" in str(f.attrs["calibration"]),
+                      f"{recipe}: calibration attribute {f.attrs['calibration']!r}")
+        before = sorted(os.listdir(d))
+        check(len(okv.calibrate(model, ids[:100])) == 4 and sorted(os.listdir(d)) == before, "calibrate without out")
+        raises(lambda: okv.calibrate(model, ids, recipe="oscar-omni"), ValueError, "only oscar-cov", what="omni calibrate")
 
 
 def check_tasks(build):
@@ -263,15 +307,15 @@ def check_tasks(build):
     RULER's score and Wilson's interval (the values lib's test checks)."""
     import json
     import tempfile
-    from oscar_kv import hf_tasks as T
-    from oscar_kv.hf_eval import Refusal
+    sys.path.insert(0, str(ROOT / "experiments"))
+    import hf_tasks as T
+    from hf_eval import Refusal
     lo, hi = T.wilson(8, 10)
     check(abs(lo - 0.4902) < 1e-4 and abs(hi - 0.9433) < 1e-4, f"wilson(8, 10) = {lo}, {hi}")
     check(T.wilson(0, 3) == (0.0, T.wilson(0, 3)[1]) and abs(T.wilson(0, 3)[1] - 0.5615) < 1e-3, "wilson(0, 3)")
     check(T.score(["ABCDE", "FGHIJ"], "vars: abcde") == 0.5, "partial credit, case ignored")
-    tool = build / "apps" / "oscar-tasks" if build else None
-    if tool is None or not tool.is_file():
-        print("SKIP: task file checks (oscar-tasks not built)")
+    tool = built_tool(build, "oscar-tasks", "task file checks")
+    if tool is None:
         return
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "t.jsonl"

@@ -4,9 +4,11 @@ imports stubbed): OscarCovImpl._context, the cached prefix as a decode reads it 
 pool of random bytes, the recent ring), against a decoder written from kernels/include/oscar/cov_format.h's words
 (2-bit codes little-endian, channel 4k in byte k's lowest bits; 4-bit low nibble first; x = code * scale + zero, fp16
 scale and zero); and OscarCovImpl._attend's torch fallback (used where vLLM has no flash-attn build) against a
-naive causal softmax, for a continued prefill, a one-token one and a fresh one, with 4 query heads per KV head.
-The page layout comes from the kernel library LIB (oscar_kv.paged reads it there). The GPU path (FlashAttention) is
-checked in the engine (experiments/device/vllm_plugin_check.py). Exit 0 passed, 1 failed, 77 without torch or LIB."""
+naive causal softmax, for a continued prefill, a one-token one and a fresh one, with 4 query heads per KV head; and the
+per-step state: the request slots plugin.py's model-runner hook hands to the metadata builders reach each step's
+metadata (check_step_state). The page layout comes from the kernel library LIB (oscar_kv.paged reads it there). The
+GPU path (FlashAttention) is checked in the engine (experiments/device/vllm_plugin_check.py). Exit 0 passed, 1 failed,
+77 without torch or LIB."""
 import dataclasses
 import os
 import struct
@@ -38,7 +40,7 @@ def stub_vllm():
         block_size: int = 0
 
     mod("vllm", __version__="0.26.0")
-    for n in ("vllm.v1", "vllm.v1.attention", "vllm.v1.attention.backends"):
+    for n in ("vllm.v1", "vllm.v1.attention", "vllm.v1.attention.backends", "vllm.v1.worker", "vllm.v1.worker.gpu"):
         mod(n)
     mod("vllm.config", get_current_vllm_config=lambda: None)
     mod("vllm.v1.attention.backend", AttentionBackend=object, AttentionImpl=Generic, AttentionMetadata=object,
@@ -46,8 +48,15 @@ def stub_vllm():
         AttentionCGSupport=types.SimpleNamespace(UNIFORM_SINGLE_TOKEN_DECODE=1), AttentionType=types.SimpleNamespace(DECODER="decoder"))
     mod("vllm.v1.attention.backends.fa_utils", flash_attn_varlen_func=None, get_flash_attn_version=lambda **k: None,
         is_flash_attn_varlen_func_available=lambda: False)
-    mod("vllm.v1.attention.backends.utils", split_decodes_and_prefills=None)
+    mod("vllm.v1.attention.backends.utils",  # every request a decode
+        split_decodes_and_prefills=lambda cam, decode_threshold: (cam.num_reqs, 0, cam.num_reqs, 0))
     mod("vllm.v1.kv_cache_interface", FullAttentionSpec=FullAttentionSpec)
+    mod("vllm.v1.worker.workspace", current_workspace_manager=None)
+
+    class GPUModelRunner:
+        def prepare_attn(self, input_batch):
+            return "block tables", "slot mappings"
+    mod("vllm.v1.worker.gpu.model_runner", GPUModelRunner=GPUModelRunner)
 
 
 failures = []
@@ -73,6 +82,53 @@ def reference_row(pool, lay, page, off, h, value):
         code = (byte >> (lay.bits * (d % per))) & ((1 << lay.bits) - 1)
         row.append(code * scale + zero)
     return row
+
+
+def check_step_state(backend, paged):
+    """A step's request-state indices reach its metadata: plugin.py's hook of the model runner hands them to every
+    oscar_cov metadata builder (and to nothing else), build() puts them into the metadata's window slots, step after
+    step; a builder never given any refuses (the V2 runner is needed), a graph capture uses the scratch slot; each
+    backend class sizes its pages with its own bit width."""
+    from types import SimpleNamespace
+    from oscar_kv.vllm import plugin
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+
+    def builder():
+        b = object.__new__(backend.OscarCovMetadataBuilder)
+        b.max_num_seqs, b.reorder_batch_threshold, b.request_slots = 8, 1, None
+        b.window_slot = torch.full((16,), 8, dtype=torch.int32)
+        return b
+
+    def step(b, n, capture=False):
+        z = torch.zeros(n + 1, dtype=torch.int32)
+        cam = SimpleNamespace(num_reqs=n, num_actual_tokens=n, query_start_loc=z, query_start_loc_cpu=z, seq_lens=z[:n],
+                              seq_lens_cpu_upper_bound=z[:n], block_table_tensor=z, slot_mapping=z[:n])
+        return b.build(0, cam, capture=capture)
+
+    b1, b2, fresh = builder(), builder(), builder()
+    plugin._hand_over_request_slots()
+    runner = GPUModelRunner()
+    runner.attn_groups = [[SimpleNamespace(metadata_builders=[b1, object()])], [SimpleNamespace(metadata_builders=[b2])]]
+    for slots in ([5, 2, 7], [1, 0]):
+        got = runner.prepare_attn(SimpleNamespace(idx_mapping=torch.tensor(slots, dtype=torch.int32), idx_mapping_np=slots))
+        check(got == ("block tables", "slot mappings"), f"the runner's own prepare_attn result passed on: {got}")
+        for b in (b1, b2):
+            md = step(b, len(slots))
+            check(md.window_slot.tolist() == slots and md.window_slot_cpu == slots,
+                  f"step {slots}: metadata window slots {md.window_slot.tolist()} / {md.window_slot_cpu}")
+    try:
+        step(fresh, 2)
+        check(False, "a builder without the step's request slots must refuse")
+    except paged.Unsupported as e:
+        check("V2 model runner" in str(e), f"refusal without request slots: {e}")
+    md = step(fresh, 2, capture=True)
+    check(md.window_slot.tolist() == [8, 8], f"capture: scratch slot everywhere, got {md.window_slot.tolist()}")
+    for name, bits in paged.CACHE_DTYPES.items():
+        cls = getattr(backend, backend.BACKENDS[name].rsplit(".", 1)[1])
+        want = (10, paged.PagedLayout(8, 128, bits, 256).page_bytes)
+        got = cls.get_kv_cache_shape(10, 256, 8, 128, "auto")
+        check(cls.bits == bits and got == want, f"{name}: {cls.__name__} shape {got} for 'auto', want {want}")
+    print("step state: request slots through the builders into the metadata over two steps; backend classes per dtype")
 
 
 def main():
@@ -153,6 +209,7 @@ def main():
                 err = max(err, (p @ v - o[cu_q[r] + i, h]).abs().max().item())
     check(err < 1e-5, f"_attend (torch fallback): max error {err} against a naive causal softmax")
     print(f"_attend fallback, 3 requests (continued, one-token, fresh), GQA 4: max error {err:.2e}")
+    check_step_state(backend, paged)
     if failures:
         print(f"FAILED: {len(failures)} check(s)")
         return 1

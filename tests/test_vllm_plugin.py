@@ -7,7 +7,8 @@ sizes, and against the design's Llama-3-8B table (kernels/SERVING_ENGINES.md: 14
 the library refuses (a message naming the field); slot and code-address arithmetic;
 the version check (0.26.x only) and the refusals (MLA, sliding windows, head_dim, fp16, ALiBi, prefix caching,
 speculative decoding, page sizes), each one line naming the fix; `import oscar_kv.vllm` without vLLM raises one
-ImportError line; pip install's build carries oscar_kv/vllm and registers the `vllm.general_plugins` entry point;
+ImportError line; pip install's build carries oscar_kv/vllm and oscar_kv/hf, registers the `vllm.general_plugins` entry
+point, and its `vllm` extra pins the vLLM minor the plugin checks for (paged.SUPPORTED_VLLM);
 experiments/device/vllm_loss_check.py reads oscar-eval's eval.json (and refuses one without token ids in one line);
 experiments/vllm_bench.py's table (ratios, targets, the share in low bits, kernel kinds) from a made-up run;
 vllm_plugin_check.py refuses an unknown OSCAR_CHECK_RUNS name. Exit 0 passed, 1 failed, 77 library not built.
@@ -17,26 +18,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "kernels" / "python"))
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from python_checks import ROOT, check, failures, raises  # noqa: E402
 
 
 def refuses(fn, needle, what):
+    """fn() raises paged.Unsupported with a one-line message carrying `needle`."""
     from oscar_kv import paged
-    try:
-        fn()
-    except paged.Unsupported as e:
-        msg = str(e)
-        check(needle in msg and "\n" not in msg, f"{what}: message {msg!r} lacks {needle!r} or spans lines")
-        return
-    check(False, f"{what}: accepted")
+    msg = raises(fn, paged.Unsupported, needle, what=what)
+    check(msg is None or "\n" not in msg, f"{what}: message {msg!r} spans lines")
 
 
 def check_layouts(lib, _capi, paged):
@@ -132,8 +122,9 @@ def check_refusals(paged):
 
 
 def check_import_and_packaging(lib_path):
-    """Importing the plugin without vLLM is one ImportError line; pip install's build carries the plugin subpackage and
-    the metadata names vLLM's entry point."""
+    """Importing the plugin without vLLM is one ImportError line; pip install's build carries the subpackages, names
+    vLLM's entry point, and its vllm extra pins paged's vLLM."""
+    from oscar_kv import paged
     code = ("import sys; sys.modules['vllm'] = None; sys.path.insert(0, %r)\n"
             "try:\n import oscar_kv.vllm\nexcept ImportError as e:\n print('IMPORT-ERROR', e)\n" % str(ROOT / "kernels" / "python"))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -153,8 +144,14 @@ def check_import_and_packaging(lib_path):
         eps = list(Path(tmp).glob("*.egg-info/entry_points.txt"))
         text = eps[0].read_text() if eps else ""
         check(r.returncode == 0 and (Path(tmp) / "oscar_kv" / "vllm" / "backend.py").is_file() and
+              (Path(tmp) / "oscar_kv" / "hf" / "calibration.py").is_file() and
               "[vllm.general_plugins]" in text and "oscar_kv.vllm.plugin:register" in text,
               f"setup.py build_py / egg_info: rc {r.returncode}, entry points {text!r}, {r.stderr[-300:]!r}")
+        reqs = list(Path(tmp).glob("*.egg-info/requires.txt"))
+        extra = reqs[0].read_text().split("[vllm]")[-1].split("[")[0] if reqs else ""
+        minor = paged.SUPPORTED_VLLM.split(".")
+        pin = f"vllm<{minor[0]}.{int(minor[1]) + 1},>={paged.SUPPORTED_VLLM}"
+        check(pin in extra, f"the 'vllm' extra {extra.split()} does not pin the plugin's vLLM ({pin})")
 
 
 def load_loss_check():

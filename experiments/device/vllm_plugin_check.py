@@ -18,17 +18,10 @@ OUT/plugin.json and a log per configuration; prints one line each. Needs vllm im
 and the package oscar_kv with its kernel library (OSCAR_KERNELS_LIB)."""
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
-CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632,
-    "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
-    "vocab_size": 32000, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-    "torch_dtype": "bfloat16", "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
-}
+from vllm_child import SMALL_LLAMA as CONFIG, run_child, write_config
 
 CHILD = r'''
 import json, os, sys, time
@@ -102,8 +95,7 @@ def main():
     res = {"model": model or CONFIG, "runs": {}}
     with tempfile.TemporaryDirectory() as d:
         if model is None:
-            with open(os.path.join(d, "config.json"), "w") as f:
-                json.dump(CONFIG, f)
+            write_config(d, CONFIG)
         folder = model or d
         runs = [("bf16-eager", "auto", "eager", "batch"), ("bf16-alone", "auto", "eager", "alone"), ("int2-eager", "oscar_cov_int2", "eager", "batch"),
                 ("int2-alone", "oscar_cov_int2", "eager", "alone"), ("int2-graphs", "oscar_cov_int2", "graphs", "batch")]
@@ -117,19 +109,12 @@ def main():
                          f"choose from {', '.join(n for n, *_ in runs)}")
             runs = [r for r in runs if r[0] in only]
         for name, dtype, mode, how in runs:
-            t0 = time.time()
-            env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", OSCAR_DEVICE_SCRIPTS=os.path.dirname(os.path.abspath(__file__)))
+            env = dict(os.environ, OSCAR_DEVICE_SCRIPTS=os.path.dirname(os.path.abspath(__file__)))
             env.setdefault("OSCAR_KV_ROTATIONS", "random")
-            try:
-                p = subprocess.run([sys.executable, "-c", CHILD, folder, dtype, mode, how, "dummy" if model is None else "real",
-                                    tasks, name.split("-")[-1] if name.endswith(("broken", "preempt")) else "ok"],
-                                   capture_output=True, text=True, timeout=400, env=env)
-                rc, text = p.returncode, p.stdout + p.stderr
-            except subprocess.TimeoutExpired as e:
-                rc, text = "timeout", ((e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace"))
-            line = next((l for l in text.splitlines() if l.startswith("RESULT ")), None)
-            r = json.loads(line[7:]) if line else {}
-            r.update(rc=rc, wall_s=round(time.time() - t0, 1))
+            line, rc, wall, text = run_child(CHILD, [folder, dtype, mode, how, "dummy" if model is None else "real", tasks,
+                                                     name.split("-")[-1] if name.endswith(("broken", "preempt")) else "ok"],
+                                             400, env)
+            r = dict(line or {}, rc=rc, wall_s=wall)
             res["runs"][name] = r
             with open(os.path.join(out, f"{name}.log"), "w") as f:
                 f.write(text)

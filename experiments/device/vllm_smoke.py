@@ -6,17 +6,10 @@ ran, the generated ids, times) and prints a line per configuration. Needs vllm i
 PYTHONPATH)."""
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
-CONFIG = {  # a small Llama: 4 layers, 16 query / 8 KV heads of head_dim 128, vocab 32000
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048, "intermediate_size": 5632,
-    "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
-    "vocab_size": 32000, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
-    "torch_dtype": "bfloat16", "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
-}
+from vllm_child import SMALL_LLAMA as CONFIG, run_child, write_config
 
 CHILD = r'''
 import json, sys, time
@@ -46,20 +39,10 @@ def main():
     os.makedirs(out, exist_ok=True)
     res = {"config": CONFIG, "runs": {}}
     with tempfile.TemporaryDirectory() as d:
-        with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump(CONFIG, f)
+        write_config(d, CONFIG)
         for mode, limit in (("eager", 420), ("graphs", 420)):
-            t0 = time.time()
-            env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
-            try:
-                p = subprocess.run([sys.executable, "-c", CHILD, d, mode], capture_output=True, text=True, timeout=limit,
-                                   env=env)
-                rc, text = p.returncode, p.stdout + p.stderr
-            except subprocess.TimeoutExpired as e:
-                rc, text = "timeout", ((e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace"))
-            line = next((l for l in text.splitlines() if l.startswith("RESULT ")), None)
-            r = json.loads(line[7:]) if line else {}
-            r.update(rc=rc, wall_s=round(time.time() - t0, 1))
+            line, rc, wall, text = run_child(CHILD, [d, mode], limit)
+            r = dict(line or {}, rc=rc, wall_s=wall)
             if not line:
                 r["log_tail"] = text[-4000:]
             res["runs"][mode] = r

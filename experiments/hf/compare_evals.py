@@ -6,8 +6,8 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "kernels" / "python"))
-from oscar_kv import hf_eval as H  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import hf_eval as H  # noqa: E402  (experiments/hf_eval.py)
 
 
 def main(argv):

@@ -8,6 +8,10 @@ tensors of any device and on CPU-only machines.
 import numbers
 
 FORMATS = ("oscar-cov", "oscar-omni")
+# The recipes the kernels decode (oscar_kv.hf.OscarCache; oscar-cov-head: oscar-cov with one rotation per KV head) and
+# the bit widths they store; oscar-eval (the C++ reference) runs the other presets.
+RECIPES = ("oscar-omni", "oscar-cov", "oscar-cov-head")
+BITS = (2, 4)
 
 
 def _dtype_name(t):
@@ -71,7 +75,7 @@ class CacheSpec:
         batch, num_kv_heads, head_dim, capacity, num_q_heads = (
             whole("batch", batch), whole("num_kv_heads", num_kv_heads), whole("head_dim", head_dim),
             whole("capacity", capacity), whole("num_q_heads", num_q_heads))
-        if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or int(bits) not in (2, 4):
+        if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or int(bits) not in BITS:
             raise ValueError(f"bits: {bits!r}; the kernels store 2 or 4 bits (an integer)")
         bits = int(bits)
         supported = lib.dll.oscar_cov_shape_supported if fmt == "oscar-cov" else lib.dll.oscar_omni_shape_supported

@@ -10,7 +10,11 @@ attention output does not depend on the batch it shares), and prefills attend to
 FlashAttention) and to what the cache holds before them (sink and recent window in BF16, the rest dequantized from the
 pages).
 Rotations (oscar-cov's R_K, R_V per layer or per KV head) come from OSCAR_KV_ROTATIONS: an oscar-rotate file, or
-"random[:SEED]" (random orthogonal matrices, for dummy weights)."""
+"random[:SEED]" (random orthogonal matrices, for dummy weights).
+State: a step's request-state indices reach the metadata builder (set_request_slots, from plugin.py's hook of the
+model runner) and flow into the step's metadata; the decode's scratch (split partials, float32 output) is vLLM's
+workspace (current_workspace_manager), shared by the layers, reserved when a layer is made; the bit width is the
+backend class's (one class per cache dtype, BACKENDS). Nothing here changes at module level."""
 import ctypes as C
 import os
 from dataclasses import dataclass, replace
@@ -26,21 +30,9 @@ from vllm.v1.attention.backends.fa_utils import (flash_attn_varlen_func, get_fla
                                                  is_flash_attn_varlen_func_available)
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills
 from vllm.v1.kv_cache_interface import FullAttentionSpec
+from vllm.v1.worker.workspace import current_workspace_manager
 
 from .. import _capi, paged, rotations
-
-
-class _StepState:
-    """The request-state index of every request of the step being prepared (V2 model runner, plugin.py records it):
-    the requests' window slots, and the scratch the layers share. The plugin's process state, as vLLM's forward context is its own."""
-    idx_mapping = None      # device int32 [num_reqs]
-    idx_mapping_np = None   # host copy
-    bits = None             # the process's oscar_cov bits (every layer uses the engine's one kv_cache_dtype)
-    workspace = None        # the decode's scratch, shared by the layers (_shared_buffer)
-    out32 = None
-
-
-STEP = _StepState()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,8 +42,7 @@ class OscarCovSpec(FullAttentionSpec):
 
     @property
     def real_page_size_bytes(self) -> int:
-        return self.block_size * self.num_kv_heads * paged.PagedLayout(self.num_kv_heads, self.head_size, self.oscar_bits,
-                                                                         paged.PAGE_MULTIPLE).token_bytes
+        return self.block_size * paged.PagedLayout(self.num_kv_heads, self.head_size, self.oscar_bits).bytes_per_token()
 
     @classmethod
     def merge(cls, specs):
@@ -84,7 +75,6 @@ def _load_rotations(layer_index, num_layers, num_kv_heads, head_dim):
 def spec_for_layer(layer, vllm_config):
     """The layer's OscarCovSpec; loads its rotations into the impl (before any CUDA graph is captured)."""
     bits = paged.CACHE_DTYPES[layer.kv_cache_dtype]
-    STEP.bits = bits
     from vllm.model_executor.models.utils import extract_layer_index
     layer.impl.bind_layer(extract_layer_index(layer.layer_name), vllm_config.model_config.get_num_layers(vllm_config.parallel_config))
     return OscarCovSpec(block_size=vllm_config.cache_config.block_size, num_kv_heads=layer.num_kv_heads,
@@ -92,6 +82,9 @@ def spec_for_layer(layer, vllm_config):
 
 
 class OscarCovBackend(AttentionBackend):
+    """The backend of kv_cache_dtype oscar_cov_int2 (OscarCovInt4Backend: oscar_cov_int4); `bits` is the class's, as
+    vLLM asks for the cache shape with cache_dtype_str "auto" (its specs without a quantization mode)."""
+    bits: ClassVar[int] = 2
     forward_includes_kv_cache_update: bool = True  # forward() writes the step's tokens (it needs the batch's metadata)
     supported_dtypes: ClassVar[list] = [torch.bfloat16]
     supported_kv_cache_dtypes: ClassVar[list] = list(paged.CACHE_DTYPES)
@@ -116,10 +109,9 @@ class OscarCovBackend(AttentionBackend):
     def get_preferred_block_size(cls, default_block_size: int) -> int:
         return paged.DEFAULT_PAGE_TOKENS
 
-    @staticmethod
-    def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size, cache_dtype_str="auto"):
-        # vLLM passes "auto" for specs without a quant mode: the bits come from the layer's spec (STEP.bits)
-        bits = paged.CACHE_DTYPES.get(cache_dtype_str, STEP.bits or 2)
+    @classmethod
+    def get_kv_cache_shape(cls, num_blocks, block_size, num_kv_heads, head_size, cache_dtype_str="auto"):
+        bits = paged.CACHE_DTYPES.get(cache_dtype_str, cls.bits)
         return (num_blocks, paged.PagedLayout(num_kv_heads, head_size, bits, block_size).page_bytes)
 
     @classmethod
@@ -133,6 +125,15 @@ class OscarCovBackend(AttentionBackend):
     @classmethod
     def supports_attn_type(cls, attn_type):
         return attn_type == AttentionType.DECODER
+
+
+class OscarCovInt4Backend(OscarCovBackend):
+    bits: ClassVar[int] = 4
+
+
+# kv_cache_dtype -> the backend class (its qualified name) plugin.py routes the dtype's layers to
+BACKENDS = {name: next(f"{__name__}.{c.__name__}" for c in (OscarCovBackend, OscarCovInt4Backend) if c.bits == bits)
+            for name, bits in paged.CACHE_DTYPES.items()}
 
 
 @dataclass
@@ -160,6 +161,12 @@ class OscarCovMetadataBuilder(AttentionMetadataBuilder[OscarCovMetadata]):
         self.max_num_seqs = vllm_config.scheduler_config.max_num_seqs
         # persistent (CUDA graphs read it): the window slot of each batch row; padded rows get the scratch slot
         self.window_slot = torch.full((self.max_num_seqs + 8,), self.max_num_seqs, dtype=torch.int32, device=device)
+        self.request_slots = None  # (device int32 [num_reqs], host copy): the step's request-state indices
+
+    def set_request_slots(self, idx_mapping, idx_mapping_np):
+        """The request-state index of every request of the step being prepared (the V2 model runner's idx_mapping,
+        handed over by plugin.py before the step's metadata is built): the requests' window slots."""
+        self.request_slots = (idx_mapping, idx_mapping_np)
 
     def build_for_cudagraph_capture(self, common_attn_metadata):
         md = self.build(0, common_attn_metadata, capture=True)
@@ -173,27 +180,18 @@ class OscarCovMetadataBuilder(AttentionMetadataBuilder[OscarCovMetadata]):
         self.window_slot[:n].fill_(self.max_num_seqs)
         wcpu = [self.max_num_seqs] * n
         if not capture:
-            if STEP.idx_mapping is None:
+            if self.request_slots is None:
                 raise paged.Unsupported("oscar_cov needs vLLM's V2 model runner (it gives each request a stable window "
                                         "slot): unset VLLM_USE_V2_MODEL_RUNNER or set it to 1")
-            k = min(n, STEP.idx_mapping.shape[0])
-            self.window_slot[:k].copy_(STEP.idx_mapping[:k], non_blocking=True)
-            wcpu[:k] = [int(x) for x in STEP.idx_mapping_np[:k]]
+            idx, idx_np = self.request_slots
+            k = min(n, idx.shape[0])
+            self.window_slot[:k].copy_(idx[:k], non_blocking=True)
+            wcpu[:k] = [int(x) for x in idx_np[:k]]
         return OscarCovMetadata(num_actual_tokens=cam.num_actual_tokens, num_reqs=n, num_decodes=nd, num_decode_tokens=ndt,
                                 query_start_loc=cam.query_start_loc, query_start_loc_cpu=cam.query_start_loc_cpu,
                                 seq_lens=cam.seq_lens, seq_lens_cpu=cam.seq_lens_cpu_upper_bound,
                                 block_table=cam.block_table_tensor, slot_mapping=cam.slot_mapping,
                                 window_slot=self.window_slot[:n], window_slot_cpu=wcpu)
-
-
-def _shared_buffer(name, nbytes, dev):
-    """One scratch buffer for every layer of the process (layers run one after another on one stream): the decode's
-    split workspace is about 100 MB a layer at 128 sequences of 100K tokens."""
-    buf = getattr(STEP, name)
-    if buf is None or buf.numel() < nbytes or buf.device != dev:
-        buf = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-        setattr(STEP, name, buf)
-    return buf
 
 
 def _ptr(t):
@@ -222,12 +220,17 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         self.v_recent = torch.zeros_like(self.k_recent)
         self.lib = _capi.load()
         ws = self.lib.oscar_cov_paged_workspace_bytes(self.max_num_seqs, num_heads, H, D, self.max_model_len, self.split_tokens)
-        self.workspace = _shared_buffer("workspace", ws, dev)
-        self.out32 = _shared_buffer("out32", self.max_num_seqs * num_heads * D * 4, dev)[:self.max_num_seqs * num_heads * D * 4] \
-            .view(torch.float32).view(self.max_num_seqs, num_heads, D)
+        # the decode's scratch: vLLM's workspace, shared by the layers (about 100 MB at 128 sequences of 100K tokens);
+        # reserved now, with the model, so that vLLM's memory profile counts it
+        self.scratch_shapes = (((ws,), torch.uint8), ((self.max_num_seqs, num_heads, D), torch.float32))
+        self._scratch()
         self.rot = None
         self._view = None  # (pool address, oscar_cov_paged)
         self.fa_version = get_flash_attn_version(head_size=head_size) if is_flash_attn_varlen_func_available() else None
+
+    def _scratch(self):
+        """(workspace bytes, float32 output [max_num_seqs][num_heads][D]): views of vLLM's shared workspace."""
+        return current_workspace_manager().get_simultaneous(*self.scratch_shapes)
 
     def bind_layer(self, layer_index, num_layers):
         """Loads this layer's rotations (from plugin.py's spec hook, before KV allocation and graph capture)."""
@@ -241,6 +244,7 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         self.rv_kv = self.rv.expand(self.num_kv_heads, -1, -1).contiguous()
         self.rk_q, self.rv_q = self.rk_kv.repeat_interleave(G, 0), self.rv_kv.repeat_interleave(G, 0)
         self.rot = _capi.Rotation(_capi.ROTATION_MATRIX, int(self.rk.shape[0] > 1), self.rk.data_ptr(), self.rv.data_ptr())
+        self.write_opts, self.decode_opts = _capi.WriteOptions(self.rot), _capi.DecodeOptions(self.rot)
 
     def _cache(self, kv_cache):
         """The oscar_cov_paged view of this layer's page pool (built once: vLLM keeps the pool for the engine's life)."""
@@ -248,7 +252,7 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
             return self._view[1]
         c = _capi.CovPaged()
         c.num_kv_heads, c.head_dim, c.bits = self.num_kv_heads, self.head_size, self.bits
-        c.sink, c.recent, c.page_tokens = paged.SINK, paged.RECENT, self.page_tokens(kv_cache)
+        c.sink, c.recent, c.page_tokens = paged.SINK, paged.RECENT, self.layout(kv_cache).page_tokens
         c.num_pages, c.page_stride = kv_cache.shape[0], kv_cache.stride(0)
         c.num_window_slots = self.k_sink.shape[0]
         self.lib.oscar_cov_paged_default_rule(C.byref(c))
@@ -257,8 +261,10 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         self._view = (kv_cache.data_ptr(), c)
         return c
 
-    def page_tokens(self, kv_cache):
-        return kv_cache.shape[1] // (self.num_kv_heads * paged.PagedLayout(self.num_kv_heads, self.head_size, self.bits).token_bytes)
+    def layout(self, kv_cache):
+        """The paged layout of this layer's pool (its page size from the pool's page bytes)."""
+        per_token = paged.PagedLayout(self.num_kv_heads, self.head_size, self.bits).bytes_per_token()
+        return paged.PagedLayout(self.num_kv_heads, self.head_size, self.bits, kv_cache.shape[1] // per_token)
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None, output_scale=None, output_block_scale=None):
         if attn_metadata is None:  # profiling and dummy runs
@@ -273,7 +279,7 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
                                  md.block_table.stride(0), md.window_slot.data_ptr())
         T = key.shape[0]
         slots = md.slot_mapping[:T]
-        self.lib.call("oscar_cov_paged_write", C.byref(cache), C.byref(self.rot), C.byref(batch), key.data_ptr(),
+        self.lib.call("oscar_cov_paged_write", C.byref(cache), C.byref(self.write_opts), C.byref(batch), key.data_ptr(),
                       value.data_ptr(), key.stride(0), value.stride(0), T, slots.data_ptr(), stream)
         out = output.view(-1, self.num_heads, self.head_size)
         nd = md.num_decodes
@@ -281,10 +287,11 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
             q = query[:nd].contiguous()
             dec = _capi.PagedBatch(nd, md.seq_lens.data_ptr(), md.query_start_loc.data_ptr(), md.block_table.data_ptr(),
                                    md.block_table.stride(0), md.window_slot.data_ptr(), self.split_tokens)
-            self.lib.call("oscar_cov_paged_decode", C.byref(cache), C.byref(self.rot), C.byref(dec), q.data_ptr(),
-                          self.num_heads, self.max_model_len, C.c_float(self.scale), self.out32.data_ptr(),
-                          self.workspace.data_ptr(), self.workspace.numel(), stream)
-            out[:nd].copy_(self.out32[:nd])
+            workspace, out32 = self._scratch()
+            self.lib.call("oscar_cov_paged_decode", C.byref(cache), C.byref(self.decode_opts), C.byref(dec), q.data_ptr(),
+                          self.num_heads, self.max_model_len, C.c_float(self.scale), out32.data_ptr(),
+                          workspace.data_ptr(), workspace.numel(), stream)
+            out[:nd].copy_(out32[:nd])
         if n > nd:
             self._prefill(query, key, value, kv_cache, md, out)
         return output
@@ -343,11 +350,26 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
                                                       scale=self.scale)[0].transpose(0, 1)
         return o
 
+    def _body(self, kv_cache, pages, offs):
+        """Body rows dequantized from the pool: (K, V) float32 [n][H][D] of the tokens at offsets offs[i] of pages[i]
+        (the regions and rows as oscar_kv.paged lays them out; codes unpacked as cov_format.h packs them)."""
+        lay = self.layout(kv_cache)
+        regions = kv_cache.unflatten(1, (lay.num_kv_heads, lay.region_bytes))  # [pages][H][region bytes]
+        starts = lay.offsets()  # K codes, V codes, K params, V params: each [page_tokens][row bytes]
+        parts = [regions[..., a:b].unflatten(-1, (lay.page_tokens, -1))
+                 for a, b in zip(starts, starts[1:] + (lay.region_bytes,))]
+        sh = torch.arange(8 // lay.bits, device=kv_cache.device, dtype=torch.int32) * lay.bits
+        rows = []
+        for codes, params in ((parts[0], parts[2]), (parts[1], parts[3])):
+            c = codes[pages, :, offs].to(torch.int32)  # [n, H, code bytes]
+            vals = ((c[..., None] >> sh) & ((1 << lay.bits) - 1)).reshape(c.shape[0], lay.num_kv_heads, lay.head_dim)
+            par = params[pages, :, offs].contiguous().view(torch.float16).float()  # [n, H, 2]: scale, zero
+            rows.append(vals.float() * par[..., :1] + par[..., 1:])
+        return rows
+
     def _context(self, kv_cache, bt_row, wslot, ctx, L):
         """Positions [0, ctx) of one sequence as a decode at length L reads them: rotated bf16 [ctx][H][D] K and V."""
         H, D, S, W = self.num_kv_heads, self.head_size, paged.SINK, paged.RECENT
-        P = self.page_tokens(kv_cache)
-        lay = paged.PagedLayout(H, D, self.bits, P)
         dev = kv_cache.device
         K = torch.empty(ctx, H, D, dtype=torch.bfloat16, device=dev)
         V = torch.empty_like(K)
@@ -356,21 +378,10 @@ class OscarCovImpl(AttentionImpl[OscarCovMetadata]):
         V[:ns] = self.v_sink[wslot, :, :ns].transpose(0, 1)
         body_end = min(ctx, max(S, L - W))
         if body_end > S:
+            P = self.layout(kv_cache).page_tokens
             pos = torch.arange(S, body_end, device=dev)
-            page = bt_row[pos // P].long()
-            off = pos % P
-            o_k, o_v, o_kp, o_vp = lay.offsets()
-            base = page[:, None] * kv_cache.stride(0) + torch.arange(H, device=dev)[None, :] * lay.region_bytes  # [n, H]
-            flat = kv_cache.view(-1)
-            for dst, oc, op in ((K, o_k, o_kp), (V, o_v, o_vp)):
-                idx = base[..., None] + oc + off[:, None, None] * lay.code_bytes + torch.arange(lay.code_bytes, device=dev)
-                codes = flat[idx].to(torch.int32)  # [n, H, CB]
-                per = 8 // self.bits
-                sh = torch.arange(per, device=dev, dtype=torch.int32) * self.bits
-                vals = ((codes[..., None] >> sh) & ((1 << self.bits) - 1)).reshape(codes.shape[0], H, D).float()
-                pidx = base[..., None] + op + off[:, None, None] * 4 + torch.arange(4, device=dev)
-                par = flat[pidx].contiguous().view(torch.float16).float()  # [n, H, 2]: scale, zero
-                dst[S:body_end] = (vals * par[..., :1] + par[..., 1:]).to(torch.bfloat16)
+            kb, vb = self._body(kv_cache, bt_row[pos // P].long(), pos % P)
+            K[S:body_end], V[S:body_end] = kb.to(torch.bfloat16), vb.to(torch.bfloat16)
         start = max(S, body_end)
         if ctx > start:
             ring = (torch.arange(start, ctx, device=dev) - S) % W

@@ -2,18 +2,19 @@
 "oscar_cov_int2" / "oscar_cov_int4", every patch of vLLM in this one function (the version is checked on import):
   1. the dtype names join vLLM's closed CacheDType literal (config validation, attention selector, CLI choices) and map
      to torch.uint8 (0.26 has no register_kv_cache_dtype);
-  2. the backend is registered as vLLM's CUSTOM attention backend, and the CUDA platform routes these dtypes to it
-     after oscar_kv.paged's refusals (MLA, sliding windows, head_dim, dtype), so no attention_backend argument is needed;
+  2. the backend is registered as vLLM's CUSTOM attention backend, and the CUDA platform routes each of these dtypes
+     to its backend class (backend.BACKENDS) after oscar_kv.paged's refusals (MLA, sliding windows, head_dim, dtype),
+     so no attention_backend argument is needed;
   3. Attention.get_kv_cache_spec gives these layers the page size of oscar_kv.paged (OscarCovSpec), refuses prefix
      caching and speculative decoding, and loads the layer's rotations;
-  4. the V2 model runner's prepare_attn records each step's request-state indices, the sequences' window slots.
-Idempotent: vLLM calls it once in every process it starts."""
+  4. the V2 model runner's prepare_attn hands each step's request-state indices (the sequences' window slots) to the
+     oscar_cov metadata builders, which put them into the step's metadata.
+Idempotent: vLLM calls it once in every process it starts; a call that finds the dtype names in vLLM's literal (the
+first patch) does nothing."""
 import dataclasses
 import typing
 
 from .. import paged
-
-_done = []
 
 
 def _extend_cache_dtypes():
@@ -47,7 +48,8 @@ def _route_backend():
     from vllm.platforms.cuda import CudaPlatformBase
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-    register_backend(AttentionBackendEnum.CUSTOM, "oscar_kv.vllm.backend.OscarCovBackend")
+    from .backend import BACKENDS
+    register_backend(AttentionBackendEnum.CUSTOM, BACKENDS["oscar_cov_int2"])
     original = CudaPlatformBase.get_attn_backend_cls.__func__
 
     def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):
@@ -58,7 +60,7 @@ def _route_backend():
             if c.has_sink or c.use_sparse or c.attn_type != "decoder":
                 raise paged.Unsupported(f"{c.kv_cache_dtype}: attention sinks, sparse and non-decoder attention are not "
                                         "supported by the oscar_cov vLLM backend; use another kv_cache_dtype")
-            return "oscar_kv.vllm.backend.OscarCovBackend"
+            return BACKENDS[c.kv_cache_dtype]
         return original(cls, selected_backend, attn_selector_config, num_heads)
 
     CudaPlatformBase.get_attn_backend_cls = classmethod(get_attn_backend_cls)
@@ -80,15 +82,18 @@ def _wrap_spec():
     Attention.get_kv_cache_spec = get_kv_cache_spec
 
 
-def _record_request_slots():
+def _hand_over_request_slots():
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 
-    from .backend import STEP
+    from .backend import OscarCovMetadataBuilder
     original = GPUModelRunner.prepare_attn
 
     def prepare_attn(self, input_batch):
-        STEP.idx_mapping = input_batch.idx_mapping
-        STEP.idx_mapping_np = input_batch.idx_mapping_np
+        for groups in self.attn_groups:  # per KV-cache group, its attention groups
+            for group in groups:
+                for builder in group.metadata_builders:
+                    if isinstance(builder, OscarCovMetadataBuilder):
+                        builder.set_request_slots(input_batch.idx_mapping, input_batch.idx_mapping_np)
         return original(self, input_batch)
 
     GPUModelRunner.prepare_attn = prepare_attn
@@ -96,11 +101,11 @@ def _record_request_slots():
 
 def register():
     """Installs the patches above (once per process)."""
-    if _done:
+    import vllm.config.cache as cache_mod
+    if set(paged.CACHE_DTYPES) <= set(typing.get_args(cache_mod.CacheDType)):
         return
     paged.decode_split_tokens(0)  # a bad OSCAR_KV_DECODE_SPLIT_TOKENS is refused before the engine starts
     _extend_cache_dtypes()
     _route_backend()
     _wrap_spec()
-    _record_request_slots()
-    _done.append(True)
+    _hand_over_request_slots()

@@ -7,13 +7,14 @@ RULER's string_match_all (the share of the expected answers in the generated tex
 length) with Wilson's 95% interval; ⚠ where full precision (the model in float32, an ordinary DynamicCache) scores under
 80%. The prompts' ids come from the task file, so a model whose transformers tokenizer is wrong (Gemma 3's from GGUF)
 runs the same tokens; the tokenizer only decodes the answers.
-Errors are hf_eval.Refusal (one line: what is wrong; what to do).
+Errors are hf_eval.Refusal (one line: what is wrong; what to do). Used by experiments/hf_eval.py --tasks (this
+folder on sys.path).
 """
 import json
 import math
 import os
 
-from .hf_eval import HALF, RECIPES, Refusal
+from hf_eval import HALF, Refusal, _csv
 
 REFERENCE = "full precision (fp32)"
 FLOOR = 0.8  # full precision under this: the cell cannot separate recipes
@@ -71,19 +72,21 @@ def wilson(successes, n, z=1.959963984540054):
 def answer(model, cache, ids, q, n):
     """Context ids[:q] in one pass, the question ids[q:] in a second, then n greedy tokens; returns the new ids."""
     import torch
+    from oscar_kv.hf import cache_argument
     device = next(model.parameters()).device
+    kw = dict(use_cache=True, logits_to_keep=1, **cache_argument(model, cache))
     out = []
     with torch.inference_mode():
         t = torch.tensor([ids[:q]], dtype=torch.long, device=device)
-        model(input_ids=t, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=t, **kw)
         t = torch.tensor([ids[q:]], dtype=torch.long, device=device)
-        logits = model(input_ids=t, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+        logits = model(input_ids=t, **kw).logits[0, -1]
         for i in range(n):
             nxt = int(torch.argmax(logits).item())
             out.append(nxt)
             if i + 1 < n:
                 t = torch.tensor([[nxt]], dtype=torch.long, device=device)
-                logits = model(input_ids=t, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[0, -1]
+                logits = model(input_ids=t, **kw).logits[0, -1]
     return out
 
 
@@ -165,19 +168,9 @@ def markdown(res, source):
 
 
 def output_files(res, source):
-    from .hf_eval import _csv
     rows = cells(res)[0]
     jsonl = "".join(json.dumps({k: v for k, v in o.items()}, ensure_ascii=False) + "\n" for o in res["outcomes"])
     return {"tasks.md": markdown(res, source),
             "tasks.csv": _csv(rows, ["recipe", "task", "length", "n", "score", "accuracy", "ci_lo", "ci_hi",
                                      "reference_below_80"]),
             "answers.jsonl": jsonl}
-
-
-def check_recipes(recipes, bits):
-    for r in recipes:
-        if r not in RECIPES + HALF:
-            raise Refusal(f"--recipes: {r!r} is not a kernel recipe; give {', '.join(RECIPES + HALF)}")
-    for b in bits:
-        if b not in (2, 4):
-            raise Refusal(f"--bits: {b}; the kernels store 2 or 4 bits")
