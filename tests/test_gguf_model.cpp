@@ -13,6 +13,7 @@
 
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
+#include "oscar/02_model/architecture.h"
 #include "oscar/02_model/forward/gguf_model.h"
 #include "test_data.h"
 
@@ -246,4 +247,20 @@ TEST_CASE("dequantize_fast equals dequantize bit for bit on every type of the de
     ++checked;
   }
   CHECK(checked >= 12);
+}
+
+TEST_CASE("the architecture table: each row's block unit, the unit's tensor names, an unknown unit refused", "[gguf][model]") {
+  const BlockUnitFacts& llama = architecture_facts("llama").block();
+  const BlockUnitFacts& gemma = architecture_facts("gemma3").block();
+  CHECK(llama.unit == BlockUnit::llama);
+  CHECK(!llama.post_norms());
+  CHECK(gemma.unit == BlockUnit::gemma3);
+  CHECK(gemma.post_norms());
+  CHECK(block_tensor(3, gemma.tensors.post_ffn_norm) == "blk.3.post_ffw_norm.weight");
+  CHECK(block_tensor(0, llama.tensors.q_bias) == "blk.0.attn_q.bias");
+  CHECK(architecture_facts("qwen3").block().unit == BlockUnit::llama);
+  CHECK(architecture_facts("gemma3").ffn == FeedForward::geglu_tanh);
+  CHECK(architecture_facts("llama").ffn == FeedForward::swiglu);
+  CHECK_THROWS_WITH(block_unit_facts(static_cast<BlockUnit>(7)), Catch::Contains("block unit 7 is not in the unit table"));
+  CHECK_THROWS_WITH(architecture_facts("mamba"), Catch::Contains("architecture 'mamba' is not supported"));
 }

@@ -92,7 +92,7 @@ TEST_CASE("Gemma 3 GGUF: config from the file and the architecture table", "[ggu
     CHECK(c.window(l) == (l % 6 == 5 ? 0 : 512));  // layers 5, 11 and 17 are global
     CHECK(c.rope_theta_of(l) == (l % 6 == 5 ? 1e6 : 1e4));
   }
-  CHECK(gemma3().model().facts().post_norms);
+  CHECK(gemma3().model().facts().block().post_norms());
 }
 
 TEST_CASE("Gemma 3 GGUF: Revelation losses, with and without the sliding window", "[gguf][model][real]") {

@@ -157,6 +157,17 @@ void put_f64(H5::H5Object& o, const char* name, double v) {
   a.write(H5::PredType::NATIVE_DOUBLE, &v);
 }
 
+void put_i64s(H5::H5Object& o, std::initializer_list<std::pair<const char*, long long>> values) {
+  for (const auto& [name, v] : values) put_i64(o, name, v);
+}
+
+void put_identity(H5::H5Object& o, const FileIdentity& id) {
+  put_str(o, "format", id.format);
+  put_i64(o, id.version_key, id.version);
+  if (!id.model_optional || !id.model_name.empty()) put_str(o, "model_name", id.model_name);
+  if (!id.model_optional || !id.checkpoint_sha256.empty()) put_str(o, "checkpoint_sha256", id.checkpoint_sha256);
+}
+
 namespace {
 struct LinkVisit {
   std::string name;   // the first link that is not a hard link

@@ -26,11 +26,25 @@ constexpr std::array kArchitectures{
     // Gemma 3: sandwich norms, GeGLU, sqrt(d)-scaled embeddings, 5 local layers (sliding window, RoPE base 10000)
     // to every global one (the file's RoPE base). The stored norm weights already include Gemma's +1.
     ArchitectureFacts{.name = "gemma3", .rope_convention = "half-split", .unit = BlockUnit::gemma3,
-                      .ffn = FeedForward::geglu_tanh, .qk_norm = true, .post_norms = true, .scale_embeddings = true,
+                      .ffn = FeedForward::geglu_tanh, .qk_norm = true, .scale_embeddings = true,
                       .local_period = 6, .local_rope_theta = 10000.0, .attention_scale = gemma3_scale},
 };
 
+// The block units: pre-norm (llama) and sandwich norms (Gemma 3: post_attention_norm, post_ffw_norm in llama.cpp).
+constexpr std::array kBlockUnits{
+    BlockUnitFacts{BlockUnit::llama, "llama", {}},
+    BlockUnitFacts{BlockUnit::gemma3, "gemma3", {.post_attn_norm = "post_attention_norm.weight", .post_ffn_norm = "post_ffw_norm.weight"}},
+};
+
 }  // namespace
+
+const BlockUnitFacts& block_unit_facts(BlockUnit unit) {
+  for (const BlockUnitFacts& u : kBlockUnits)
+    if (u.unit == unit) return u;
+  fail("internal: block unit {} is not in the unit table (architecture.cpp)", static_cast<int>(unit));
+}
+
+std::string block_tensor(int layer, std::string_view name) { return fmt::format("blk.{}.{}", layer, name); }
 
 std::string supported_architectures() {
   std::string s;

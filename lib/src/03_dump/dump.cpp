@@ -168,14 +168,8 @@ DumpWriter::DumpWriter(const std::string& path, const DumpInfo& info, const std:
   H5::DataSet ids, tt;
   try {
     H5::H5File& f = impl_->out.file();
-    h5::put_str(f, "format", kDumpFormat);
-    h5::put_i64(f, "format_version", kDumpVersion);
-    h5::put_str(f, "model_name", info.model_name);
-    h5::put_str(f, "checkpoint_sha256", info.checkpoint_sha256);
-    h5::put_i64(f, "n_layers", info.n_layers);
-    h5::put_i64(f, "n_heads", info.n_heads);
-    h5::put_i64(f, "n_kv_heads", info.n_kv_heads);
-    h5::put_i64(f, "head_dim", info.head_dim);
+    h5::put_identity(f, {kDumpFormat, "format_version", kDumpVersion, info.model_name, info.checkpoint_sha256});
+    h5::put_i64s(f, {{"n_layers", info.n_layers}, {"n_heads", info.n_heads}, {"n_kv_heads", info.n_kv_heads}, {"head_dim", info.head_dim}});
     h5::put_str(f, "rope_convention", info.rope_convention);
     h5::put_f64(f, "rope_theta", info.rope_theta);
     h5::put_str(f, "text_source", info.text_source);

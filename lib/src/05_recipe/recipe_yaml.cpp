@@ -16,17 +16,13 @@ namespace oscar {
 
 namespace {
 
-std::string where(const YAML::Node& n, const std::string& file) { return yaml_where(n, file); }
-void check_keys(const YAML::Node& n, const std::string& file, const std::string& what, const std::vector<std::string>& allowed) {
-  yaml_check_keys(n, file, what, allowed);
-}
 
 template <class T>
 T get(const YAML::Node& n, const std::string& file, const std::string& key) {
   try {
     return n.as<T>();
   } catch (const YAML::Exception&) {
-    fail("{}: bad value '{}' for '{}'", where(n, file), YAML::Dump(n), key);
+    fail("{}: bad value '{}' for '{}'", yaml_where(n, file), YAML::Dump(n), key);
   }
 }
 
@@ -35,7 +31,7 @@ ScaleDtype parse_dtype(const YAML::Node& n, const std::string& file, const std::
   if (s == "fp16" || s == "float16") return ScaleDtype::F16;
   if (s == "bf16" || s == "bfloat16") return ScaleDtype::BF16;
   if (s == "fp32" || s == "float32") return ScaleDtype::F32;
-  fail("{}: '{}' = '{}' is not a storage dtype; use fp16, bf16 or fp32", where(n, file), key, s);
+  fail("{}: '{}' = '{}' is not a storage dtype; use fp16, bf16 or fp32", yaml_where(n, file), key, s);
 }
 
 ZeroPoint parse_zero_point(const YAML::Node& n, const std::string& file) {
@@ -43,19 +39,19 @@ ZeroPoint parse_zero_point(const YAML::Node& n, const std::string& file) {
   if (z == "float") return ZeroPoint::Float;
   if (z == "integer") return ZeroPoint::Integer;
   fail("{}: zero_point '{}' unknown; use float (the group minimum) or integer (a whole number of steps, as OScaR and QuaRot)",
-       where(n, file), z);
+       yaml_where(n, file), z);
 }
 
 float parse_clip_ratio(const YAML::Node& n, const std::string& file, const std::string& key) {
   const float c = get<float>(n, file, key);
-  if (!(c > 0.f && c <= 1.f)) fail("{}: clip {} {} must be in (0, 1]", where(n, file), key, c);
+  if (!(c > 0.f && c <= 1.f)) fail("{}: clip {} {} must be in (0, 1]", yaml_where(n, file), key, c);
   return c;
 }
 
 // `clip: {mode: ratio|quantile, key: R, value: R, bits: [...]}`: the clip of both tensors (a tensor's own `clip: R` sets its
 // ratio); `bits`: the widths a quantile mode applies to (the ratio clip at the others).
 void parse_clip(const YAML::Node& n, const std::string& file, Recipe& r) {
-  check_keys(n, file, "clip", {"mode", "key", "value", "bits"});
+  yaml_check_keys(n, file, "clip", {"mode", "key", "value", "bits"});
   if (n["bits"]) r.quantile_bits = parse_bits_list(n["bits"], file, "clip.bits");
   if (n["mode"]) {
     const auto m = get<std::string>(n["mode"], file, "mode");
@@ -65,7 +61,7 @@ void parse_clip(const YAML::Node& n, const std::string& file, Recipe& r) {
     else
       fail("{}: clip mode '{}' unknown; use ratio (min and max scaled by the ratio) or quantile (each token row clamped to "
            "its ratio-quantile of |x|, as OSCAR)",
-           where(n["mode"], file), m);
+           yaml_where(n["mode"], file), m);
     r.key.clip_mode = r.value.clip_mode = mode;
   }
   if (n["key"]) r.key.clip_ratio = parse_clip_ratio(n["key"], file, "key");
@@ -76,7 +72,7 @@ void parse_windows(const YAML::Node& w, const std::string& file, const std::stri
   if (w["sink"]) t.sink = get<int>(w["sink"], file, "sink");
   if (w["recent"]) t.recent = get<int>(w["recent"], file, "recent");
   if (w["residual"]) t.residual = get<int>(w["residual"], file, "residual");
-  if (t.sink < 0 || t.recent < 0 || t.residual < 0) fail("{}: {} sizes must be >= 0", where(w, file), what);
+  if (t.sink < 0 || t.recent < 0 || t.residual < 0) fail("{}: {} sizes must be >= 0", yaml_where(w, file), what);
 }
 
 }  // namespace
@@ -84,21 +80,21 @@ void parse_windows(const YAML::Node& w, const std::string& file, const std::stri
 std::vector<int> parse_bits_list(const YAML::Node& b, const std::string& file, const std::string& key) {
   std::vector<int> out;
   if (b.IsSequence()) {
-    if (b.size() == 0) fail("{}: '{}: []' asks for no width; list at least one (1..8, or 16 for fp16)", where(b, file), key);
+    if (b.size() == 0) fail("{}: '{}: []' asks for no width; list at least one (1..8, or 16 for fp16)", yaml_where(b, file), key);
     for (const auto& x : b) {
-      if (!x.IsScalar()) fail("{}: '{}' entries must be integers (1..8, or 16 for fp16)", where(x, file), key);
+      if (!x.IsScalar()) fail("{}: '{}' entries must be integers (1..8, or 16 for fp16)", yaml_where(x, file), key);
       out.push_back(get<int>(x, file, key));
     }
   } else if (b.IsScalar()) {
     out.push_back(get<int>(b, file, key));
   } else {
-    fail("{}: '{}' must be an integer or a list of integers (1..8, or 16 for fp16)", where(b, file), key);
+    fail("{}: '{}' must be an integer or a list of integers (1..8, or 16 for fp16)", yaml_where(b, file), key);
   }
   for (size_t i = 0; i < out.size(); ++i) {
     if (!((out[i] >= 1 && out[i] <= 8) || out[i] == 16))
-      fail("{}: bits {} out of range; use 1..8 (or 16 for fp16)", where(b.IsSequence() ? b[i] : b, file), out[i]);
+      fail("{}: bits {} out of range; use 1..8 (or 16 for fp16)", yaml_where(b.IsSequence() ? b[i] : b, file), out[i]);
     if (std::find(out.begin(), out.begin() + i, out[i]) != out.begin() + i)
-      fail("{}: bits {} is listed twice in '{}'; list each width once", where(b.IsSequence() ? b[i] : b, file), out[i], key);
+      fail("{}: bits {} is listed twice in '{}'; list each width once", yaml_where(b.IsSequence() ? b[i] : b, file), out[i], key);
   }
   return out;
 }
@@ -106,19 +102,19 @@ std::vector<int> parse_bits_list(const YAML::Node& b, const std::string& file, c
 namespace {
 
 void parse_tensor(const YAML::Node& n, const std::string& file, const std::string& what, TensorQuant& q) {
-  check_keys(n, file, what,
+  yaml_check_keys(n, file, what,
              {"bits", "axis", "group", "symmetric", "clip", "clip_search", "scale_dtype", "rounding", "codebook", "zero_point",
               "range_with_zero"});
   if (n["bits"]) {
     q.bits = get<int>(n["bits"], file, "bits");
     if (!((q.bits >= 1 && q.bits <= 8) || q.bits == 16))
-      fail("{}: {} bits {} out of range; use 1..8 (or 16 to keep it in fp16)", where(n["bits"], file), what, q.bits);
+      fail("{}: {} bits {} out of range; use 1..8 (or 16 to keep it in fp16)", yaml_where(n["bits"], file), what, q.bits);
   }
   if (n["axis"]) {
     const auto a = get<std::string>(n["axis"], file, "axis");
     if (a == "token") q.axis = QuantAxis::PerToken;
     else if (a == "channel") q.axis = QuantAxis::PerChannel;
-    else fail("{}: axis '{}' unknown; use token or channel", where(n["axis"], file), a);
+    else fail("{}: axis '{}' unknown; use token or channel", yaml_where(n["axis"], file), a);
   }
   if (n["group"]) {
     // `head` (synonym `head_dim`): one group spans the whole head, resolved per model by resolve_recipe().
@@ -127,9 +123,9 @@ void parse_tensor(const YAML::Node& n, const std::string& file, const std::strin
       int g = 0;
       if (n["group"].IsScalar() && !YAML::convert<int>::decode(n["group"], g))
         fail("{}: group '{}' is neither a number nor head; use a positive group size or head (one group per head, any head_dim)",
-             where(n["group"], file), n["group"].Scalar());
+             yaml_where(n["group"], file), n["group"].Scalar());
       q.group = get<int>(n["group"], file, "group");
-      if (q.group <= 0) fail("{}: group {} must be positive (or head: the whole head)", where(n["group"], file), q.group);
+      if (q.group <= 0) fail("{}: group {} must be positive (or head: the whole head)", yaml_where(n["group"], file), q.group);
     }
   }
   if (n["symmetric"]) q.symmetric = get<bool>(n["symmetric"], file, "symmetric");
@@ -140,7 +136,7 @@ void parse_tensor(const YAML::Node& n, const std::string& file, const std::strin
     const auto r = get<std::string>(n["rounding"], file, "rounding");
     if (r == "half-even") q.rounding = Rounding::HalfEven;
     else if (r == "half-away") q.rounding = Rounding::HalfAway;
-    else fail("{}: rounding '{}' unknown; use half-even or half-away", where(n["rounding"], file), r);
+    else fail("{}: rounding '{}' unknown; use half-even or half-away", yaml_where(n["rounding"], file), r);
   }
   if (n["zero_point"]) q.zero_point = parse_zero_point(n["zero_point"], file);
   if (n["range_with_zero"]) q.range_with_zero = get<bool>(n["range_with_zero"], file, "range_with_zero");
@@ -148,12 +144,12 @@ void parse_tensor(const YAML::Node& n, const std::string& file, const std::strin
     const auto c = get<std::string>(n["codebook"], file, "codebook");
     if (c == "uniform") q.codebook = Codebook::Uniform;
     else if (c == "lloyd-max") q.codebook = Codebook::LloydMax;
-    else fail("{}: codebook '{}' unknown; use uniform or lloyd-max", where(n["codebook"], file), c);
+    else fail("{}: codebook '{}' unknown; use uniform or lloyd-max", yaml_where(n["codebook"], file), c);
   }
 }
 
 void parse_rotation(const YAML::Node& n, const std::string& file, const std::string& what, RotationSpec& r) {
-  check_keys(n, file, what, {"kind", "seed", "order"});
+  yaml_check_keys(n, file, what, {"kind", "seed", "order"});
   if (n["kind"]) {
     const auto k = get<std::string>(n["kind"], file, "kind");
     if (k == "none") r.kind = RotationKind::None;
@@ -161,13 +157,13 @@ void parse_rotation(const YAML::Node& n, const std::string& file, const std::str
     else if (k == "randomized-hadamard") r.kind = RotationKind::RandomizedHadamard;
     else if (k == "random") r.kind = RotationKind::RandomOrthogonal;
     else if (k == "covariance") r.kind = RotationKind::Covariance;
-    else fail("{}: rotation kind '{}' unknown; use none, hadamard, randomized-hadamard, random or covariance", where(n["kind"], file), k);
+    else fail("{}: rotation kind '{}' unknown; use none, hadamard, randomized-hadamard, random or covariance", yaml_where(n["kind"], file), k);
   }
   if (n["seed"]) r.seed = get<uint64_t>(n["seed"], file, "seed");
   if (n["order"]) {
     r.order = get<std::string>(n["order"], file, "order");
     static const std::set<std::string> orders{"UHP", "U", "UP", "UPH", "HUP"};
-    if (!orders.count(r.order)) fail("{}: covariance order '{}' unknown; use UHP, U, UP, UPH or HUP", where(n["order"], file), r.order);
+    if (!orders.count(r.order)) fail("{}: covariance order '{}' unknown; use UHP, U, UP, UPH or HUP", yaml_where(n["order"], file), r.order);
   }
 }
 
@@ -193,7 +189,7 @@ void yaml_check_keys(const YAML::Node& n, const std::string& file, const std::st
 }
 
 RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeFile base) {
-  check_keys(node, file, "a recipe",
+  yaml_check_keys(node, file, "a recipe",
              {"name", "source", "bits", "key_rotation", "value_rotation", "covariance_scope", "omni_token_scaling", "norm_dtype",
               "clip", "zero_point", "key", "value", "windows", "preset"});
   RecipeFile out = std::move(base);
@@ -210,7 +206,7 @@ RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeF
     else
       fail("{}: covariance_scope '{}' unknown; use layer (one rotation per layer, shared by its KV heads) or kv-head (one per "
            "KV head)",
-           where(node["covariance_scope"], file), sc);
+           yaml_where(node["covariance_scope"], file), sc);
   }
   if (node["omni_token_scaling"]) r.omni_token_scaling = get<bool>(node["omni_token_scaling"], file, "omni_token_scaling");
   if (node["norm_dtype"]) r.norm_dtype = parse_dtype(node["norm_dtype"], file, "norm_dtype");
@@ -226,21 +222,21 @@ RecipeFile parse_recipe(const YAML::Node& node, const std::string& file, RecipeF
   }
   if (node["windows"]) {
     const YAML::Node w = node["windows"];
-    check_keys(w, file, "windows", {"sink", "recent", "residual", "dtype", "key", "value"});
+    yaml_check_keys(w, file, "windows", {"sink", "recent", "residual", "dtype", "key", "value"});
     parse_windows(w, file, "window", r.windows.key);  // sink, recent, residual: both tensors
     parse_windows(w, file, "window", r.windows.value);
     for (const char* t : {"key", "value"})
       if (w[t]) {
-        check_keys(w[t], file, fmt::format("windows.{}", t), {"sink", "recent", "residual"});
+        yaml_check_keys(w[t], file, fmt::format("windows.{}", t), {"sink", "recent", "residual"});
         parse_windows(w[t], file, fmt::format("windows.{}", t), std::string(t) == "key" ? r.windows.key : r.windows.value);
       }
     if (w["dtype"]) r.windows.window_dtype = parse_dtype(w["dtype"], file, "dtype");
   }
-  if (r.name.empty()) fail("{}: a recipe needs a name", where(node, file));
+  if (r.name.empty()) fail("{}: a recipe needs a name", yaml_where(node, file));
   if (r.covariance_scope == CovarianceScope::KvHead && !r.calibrated())
     fail("{}: recipe {} has covariance_scope: kv-head but no covariance rotation (key_rotation and value_rotation are not kind: "
          "covariance); drop covariance_scope or use a covariance rotation",
-         where(node["covariance_scope"] ? node["covariance_scope"] : node, file), r.name);
+         yaml_where(node["covariance_scope"] ? node["covariance_scope"] : node, file), r.name);
   if (out.bits.empty()) {  // a recipe that names no widths: the width it fixes, else the usual low-bit range
     if (out.key_bits_fixed) out.bits = {r.key.bits};
     else if (out.value_bits_fixed) out.bits = {r.value.bits};
@@ -269,11 +265,11 @@ RecipeFile parse_recipe_entry(const YAML::Node& node, const std::string& file) {
   RecipeFile base;
   if (node.IsMap() && node["preset"]) {
     const YAML::Node p = node["preset"];
-    if (!p.IsScalar()) fail("{}: 'preset:' takes a preset name (e.g. preset: kivi), not a list or a map", where(p, file));
+    if (!p.IsScalar()) fail("{}: 'preset:' takes a preset name (e.g. preset: kivi), not a list or a map", yaml_where(p, file));
     try {
       base = load_preset(p.Scalar());
     } catch (const Error& e) {
-      fail("{}: {}", where(p, file), e.what());
+      fail("{}: {}", yaml_where(p, file), e.what());
     }
   }
   return parse_recipe(node, file, base);

@@ -252,13 +252,9 @@ void save_covariance_rotations(const CovarianceRotations& c, const std::string& 
   H5::DataSet ds;
   try {
     H5::H5File& f = out.file();
-    h5::put_str(f, "format", kRotFormat);
-    h5::put_i64(f, "format_version", kRotVersion);
-    h5::put_str(f, "model_name", c.model_name);
-    h5::put_str(f, "checkpoint_sha256", c.checkpoint_sha256);
+    h5::put_identity(f, {kRotFormat, "format_version", kRotVersion, c.model_name, c.checkpoint_sha256});
     h5::put_str(f, "calibration_path", c.calibration_path);
-    h5::put_i64(f, "n_layers", c.n_layers);
-    h5::put_i64(f, "head_dim", c.head_dim);
+    h5::put_i64s(f, {{"n_layers", c.n_layers}, {"head_dim", c.head_dim}});
     if (c.n_kv_heads > 0) h5::put_i64(f, "n_kv_heads", c.n_kv_heads);
     h5::put_i64(f, "per_kv_head", c.per_kv_head() ? 1 : 0);
     if (!c.calibration.text_sha256.empty()) {

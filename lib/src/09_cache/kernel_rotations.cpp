@@ -210,18 +210,12 @@ void check_consistent(const KernelRotations& k, const std::string& path) {
 void write_contents(H5::H5File& f, const KernelRotations& k) {
   std::optional<H5::Group> g;
   H5::DataSet ds;
-  h5::put_str(f, "format", kFormat);
-  h5::put_i64(f, "version", kVersion);
+  h5::put_identity(f, {kFormat, "version", kVersion, k.model_name, k.checkpoint_sha256, true});
   h5::put_str(f, "recipe", k.recipe);
-  h5::put_i64(f, "n_layers", k.n_layers);
-  h5::put_i64(f, "head_dim", k.head_dim);
-  h5::put_i64(f, "n_kv_heads", k.n_kv_heads);
-  h5::put_i64(f, "per_kv_head", k.per_kv_head ? 1 : 0);
+  h5::put_i64s(f, {{"n_layers", k.n_layers}, {"head_dim", k.head_dim}, {"n_kv_heads", k.n_kv_heads}, {"per_kv_head", k.per_kv_head ? 1 : 0}});
   h5::put_str(f, "key_kind", kernel_rotation_kind_name(k.key_kind));
   h5::put_str(f, "value_kind", kernel_rotation_kind_name(k.value_kind));
   h5::put_str(f, "calibration", k.calibration);
-  if (!k.model_name.empty()) h5::put_str(f, "model_name", k.model_name);
-  if (!k.checkpoint_sha256.empty()) h5::put_str(f, "checkpoint_sha256", k.checkpoint_sha256);
   if (!k.calibration_token_ids.empty()) {
     const hsize_t n = k.calibration_token_ids.size();
     ds = f.createDataSet("calibration_token_ids", H5::PredType::STD_I32LE, H5::DataSpace(1, &n));
@@ -263,92 +257,110 @@ std::vector<char> kernel_rotations_image(const KernelRotations& k) {
   }
 }
 
+namespace {
+
+const char* const kRedo = "write it again with oscar-rotate";
+
+// The root attributes: format, version, recipe, shapes and kinds, checked against each other.
+KernelRotations read_root(const H5::H5File& f, const std::string& path) {
+  const h5::AttrReader R{f, path, std::string("this is not an oscar-rotate kernel rotations file (") + kRedo + ")"};
+  const std::string format = R.str("format");
+  if (format != kFormat) fail("{}: attribute format='{}', expected '{}'; {}", path, format, kFormat, kRedo);
+  const long long version = R.i64("version");
+  if (version != kVersion) fail("{}: kernel rotations version {} is not supported (this build reads {}); {}", path, version, kVersion, kRedo);
+  KernelRotations k;
+  k.recipe = R.str("recipe");
+  k.calibration = R.str("calibration");
+  if (f.attrExists("model_name")) k.model_name = R.str("model_name");
+  if (f.attrExists("checkpoint_sha256")) k.checkpoint_sha256 = R.str("checkpoint_sha256");
+  const long long L = R.i64("n_layers"), d = R.i64("head_dim"), nkv = R.i64("n_kv_heads"), per = R.i64("per_kv_head");
+  if (L < 0 || L > 100000 || d <= 0 || d > 65536 || nkv < 0 || nkv > 65536 || (per != 0 && per != 1))
+    fail("{}: attributes n_layers={} head_dim={} n_kv_heads={} per_kv_head={} are out of range; the file is corrupt: {}", path, L, d,
+         nkv, per, kRedo);
+  k.n_layers = static_cast<int>(L);
+  k.head_dim = static_cast<int>(d);
+  k.n_kv_heads = static_cast<int>(nkv);
+  k.per_kv_head = per == 1;
+  const std::string ks = R.str("key_kind"), vs = R.str("value_kind");
+  const auto kk = parse_kind(ks), vk = parse_kind(vs);
+  if (!kk || !vk) fail("{}: key_kind='{}' value_kind='{}', expected none, hadamard or matrix; {}", path, ks, vs, kRedo);
+  if (*kk != *vk) fail("{}: key_kind '{}' differs from value_kind '{}' (the kernels take one kind); {}", path, ks, vs, kRedo);
+  k.key_kind = *kk;
+  k.value_kind = *vk;
+  const bool matrix = *kk == KernelRotationKind::Matrix;
+  if (k.per_kv_head && (!matrix || k.n_kv_heads == 0))
+    fail("{}: per_kv_head=1 needs kind matrix and n_kv_heads > 0 (kind {}, n_kv_heads {}); the file is corrupt: {}", path, ks,
+         k.n_kv_heads, kRedo);
+  if (matrix && k.n_layers == 0) fail("{}: kind matrix but n_layers=0; the file is corrupt: {}", path, kRedo);
+  return k;
+}
+
+std::vector<int> read_token_ids(const H5::H5File& f, const std::string& path) {
+  if (!f.nameExists("calibration_token_ids")) return {};
+  const H5::DataSet ids = f.openDataSet("calibration_token_ids");
+  const H5::DataSpace sp = ids.getSpace();
+  if (ids.getTypeClass() != H5T_INTEGER || sp.getSimpleExtentNdims() != 1)
+    fail("{}: /calibration_token_ids must be a 1-D integer dataset; the file is corrupt: {}", path, kRedo);
+  std::vector<int> out(sp.getSimpleExtentNpoints());
+  if (!out.empty()) ids.read(out.data(), H5::PredType::NATIVE_INT);
+  return out;
+}
+
+// One layer's stack of n matrices of one tensor, checked for shape, finiteness and orthogonality.
+std::vector<float> read_stack(const H5::Group& g, const std::string& gname, const char* name, int n, int d, bool per_kv_head,
+                              const std::string& path) {
+  if (!g.nameExists(name)) fail("{}: dataset /{}/{} is missing; the file is incomplete: {}", path, gname, name, kRedo);
+  const H5::DataSet ds = g.openDataSet(name);
+  const H5::DataSpace sp = ds.getSpace();
+  hsize_t dims[3] = {0, 0, 0};
+  const int nd = sp.getSimpleExtentNdims();
+  if (nd == 3) sp.getSimpleExtentDims(dims);
+  if (ds.getTypeClass() != H5T_FLOAT || nd != 3 || dims[0] != static_cast<hsize_t>(n) || dims[1] != static_cast<hsize_t>(d) ||
+      dims[2] != static_cast<hsize_t>(d))
+    fail("{}: /{}/{} is not a float32 [{}][{}][{}] dataset (n = {}; head_dim = {}); the file is corrupt: {}", path, gname, name, n, d, d,
+         per_kv_head ? "n_kv_heads" : "1", d, kRedo);
+  std::vector<float> m(static_cast<size_t>(n) * d * d);
+  ds.read(m.data(), H5::PredType::NATIVE_FLOAT);
+  for (int h = 0; h < n; ++h) {
+    const float* R0 = m.data() + static_cast<size_t>(h) * d * d;
+    for (long i = 0; i < static_cast<long>(d) * d; ++i)
+      if (!std::isfinite(R0[i])) fail("{}: /{}/{} holds non-finite values; {}", path, gname, name, kRedo);
+    const double err = orthogonality_error(R0, d);
+    if (!(err < kOrthoTol))
+      fail("{}: /{}/{}[{}] is not orthogonal (max |R^T R - I| = {:.3g}, allowed {:g}); the file is corrupt: {}", path, gname, name, h,
+           err, kOrthoTol, kRedo);
+  }
+  return m;
+}
+
+}  // namespace
+
 KernelRotations load_kernel_rotations(const std::string& path) {
   h5::silence();
-  const std::string redo = "write it again with oscar-rotate";
   {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) fail("{}: no such file; write it with oscar-rotate or fix the path", path);
     if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, expected an oscar-rotate HDF5 file", path);
   }
   if (H5::H5File::isHdf5(path.c_str()) <= 0)
-    fail("{}: not an HDF5 file, or truncated or corrupt (no valid HDF5 signature); {}", path, redo);
-  KernelRotations k;
+    fail("{}: not an HDF5 file, or truncated or corrupt (no valid HDF5 signature); {}", path, kRedo);
   try {
     const H5::H5File f(path, H5F_ACC_RDONLY);
-    h5::refuse_links(f, path, redo);
-    const h5::AttrReader R{f, path, "this is not an oscar-rotate kernel rotations file (" + redo + ")"};
-    const std::string format = R.str("format");
-    if (format != kFormat) fail("{}: attribute format='{}', expected '{}'; {}", path, format, kFormat, redo);
-    const long long version = R.i64("version");
-    if (version != kVersion) fail("{}: kernel rotations version {} is not supported (this build reads {}); {}", path, version, kVersion, redo);
-    k.recipe = R.str("recipe");
-    k.calibration = R.str("calibration");
-    if (f.attrExists("model_name")) k.model_name = R.str("model_name");
-    if (f.attrExists("checkpoint_sha256")) k.checkpoint_sha256 = R.str("checkpoint_sha256");
-    const long long L = R.i64("n_layers"), d = R.i64("head_dim"), nkv = R.i64("n_kv_heads"), per = R.i64("per_kv_head");
-    if (L < 0 || L > 100000 || d <= 0 || d > 65536 || nkv < 0 || nkv > 65536 || (per != 0 && per != 1))
-      fail("{}: attributes n_layers={} head_dim={} n_kv_heads={} per_kv_head={} are out of range; the file is corrupt: {}", path, L,
-           d, nkv, per, redo);
-    k.n_layers = static_cast<int>(L);
-    k.head_dim = static_cast<int>(d);
-    k.n_kv_heads = static_cast<int>(nkv);
-    k.per_kv_head = per == 1;
-    const std::string ks = R.str("key_kind"), vs = R.str("value_kind");
-    const auto kk = parse_kind(ks), vk = parse_kind(vs);
-    if (!kk || !vk) fail("{}: key_kind='{}' value_kind='{}', expected none, hadamard or matrix; {}", path, ks, vs, redo);
-    if (*kk != *vk) fail("{}: key_kind '{}' differs from value_kind '{}' (the kernels take one kind); {}", path, ks, vs, redo);
-    k.key_kind = *kk;
-    k.value_kind = *vk;
-    const bool matrix = *kk == KernelRotationKind::Matrix;
-    if (k.per_kv_head && (!matrix || k.n_kv_heads == 0))
-      fail("{}: per_kv_head=1 needs kind matrix and n_kv_heads > 0 (kind {}, n_kv_heads {}); the file is corrupt: {}", path, ks,
-           k.n_kv_heads, redo);
-    if (matrix && k.n_layers == 0) fail("{}: kind matrix but n_layers=0; the file is corrupt: {}", path, redo);
-    if (f.nameExists("calibration_token_ids")) {
-      const H5::DataSet ids = f.openDataSet("calibration_token_ids");
-      const H5::DataSpace sp = ids.getSpace();
-      if (ids.getTypeClass() != H5T_INTEGER || sp.getSimpleExtentNdims() != 1)
-        fail("{}: /calibration_token_ids must be a 1-D integer dataset; the file is corrupt: {}", path, redo);
-      k.calibration_token_ids.resize(sp.getSimpleExtentNpoints());
-      if (!k.calibration_token_ids.empty()) ids.read(k.calibration_token_ids.data(), H5::PredType::NATIVE_INT);
-    }
-    if (!matrix) return k;
-    const int n = k.matrices();
-    const hsize_t want[3] = {static_cast<hsize_t>(n), static_cast<hsize_t>(d), static_cast<hsize_t>(d)};
+    h5::refuse_links(f, path, kRedo);
+    KernelRotations k = read_root(f, path);
+    k.calibration_token_ids = read_token_ids(f, path);
+    if (k.key_kind != KernelRotationKind::Matrix) return k;
     for (int l = 0; l < k.n_layers; ++l) {
       const std::string gname = layer_group(l);
-      if (!f.nameExists(gname))
-        fail("{}: group /{} is missing (n_layers={}); the file is incomplete: {}", path, gname, k.n_layers, redo);
+      if (!f.nameExists(gname)) fail("{}: group /{} is missing (n_layers={}); the file is incomplete: {}", path, gname, k.n_layers, kRedo);
       const H5::Group g = f.openGroup(gname);
-      for (const char* name : {"key_rotation", "value_rotation"}) {
-        if (!g.nameExists(name)) fail("{}: dataset /{}/{} is missing; the file is incomplete: {}", path, gname, name, redo);
-        const H5::DataSet ds = g.openDataSet(name);
-        const H5::DataSpace sp = ds.getSpace();
-        hsize_t dims[3] = {0, 0, 0};
-        const int nd = sp.getSimpleExtentNdims();
-        if (nd == 3) sp.getSimpleExtentDims(dims);
-        if (ds.getTypeClass() != H5T_FLOAT || nd != 3 || dims[0] != want[0] || dims[1] != want[1] || dims[2] != want[2])
-          fail("{}: /{}/{} is not a float32 [{}][{}][{}] dataset (n = {}; head_dim = {}); the file is corrupt: {}", path, gname, name, n,
-               d, d, k.per_kv_head ? "n_kv_heads" : "1", d, redo);
-        std::vector<float> m(static_cast<size_t>(n) * d * d);
-        ds.read(m.data(), H5::PredType::NATIVE_FLOAT);
-        for (int h = 0; h < n; ++h) {
-          const float* R0 = m.data() + static_cast<size_t>(h) * d * d;
-          for (long i = 0; i < d * d; ++i)
-            if (!std::isfinite(R0[i])) fail("{}: /{}/{} holds non-finite values; {}", path, gname, name, redo);
-          const double err = orthogonality_error(R0, k.head_dim);
-          if (!(err < kOrthoTol))
-            fail("{}: /{}/{}[{}] is not orthogonal (max |R^T R - I| = {:.3g}, allowed {:g}); the file is corrupt: {}", path, gname, name,
-                 h, err, kOrthoTol, redo);
-        }
-        (std::string(name) == "key_rotation" ? k.key : k.value).push_back(std::move(m));
-      }
+      k.key.push_back(read_stack(g, gname, "key_rotation", k.matrices(), k.head_dim, k.per_kv_head, path));
+      k.value.push_back(read_stack(g, gname, "value_rotation", k.matrices(), k.head_dim, k.per_kv_head, path));
     }
+    return k;
   } catch (const H5::Exception& e) {
-    fail("{}: HDF5 error while reading the kernel rotations ({}); it is truncated or corrupt: {}", path, e.getDetailMsg(), redo);
+    fail("{}: HDF5 error while reading the kernel rotations ({}); it is truncated or corrupt: {}", path, e.getDetailMsg(), kRedo);
   }
-  return k;
 }
 
 }  // namespace oscar

@@ -16,12 +16,6 @@ namespace fs = std::filesystem;
 
 namespace oscar {
 
-namespace {
-
-constexpr int kBootstrapBlock = 32;  // consecutive predictions resampled together (their losses are dependent)
-
-}  // namespace
-
 VerdictMetric eval_metric(const std::string& name) {
   if (name == "kl") return {"kl", "KL(fp32 ‖ quant) of the next-token distributions", false, "predicted positions", kBootstrapBlock};
   if (name == "dloss") return {"dloss", "Δ loss vs fp32 (nats)", false, "predicted positions", kBootstrapBlock};

@@ -14,8 +14,6 @@ namespace oscar {
 
 namespace {
 
-constexpr int kBootstrapBlock = 32;
-
 struct Reference {
   MatrixRM logits;
   std::vector<double> losses;

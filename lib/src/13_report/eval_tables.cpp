@@ -181,16 +181,7 @@ std::string eval_json(const EvalRequest& req, const EvalResult& r) {
                            {"quantized_share", g.quantized}, {"ids", g.ids}});
   if (!r.greedy_context_ids.empty()) j["greedy_context_ids"] = r.greedy_context_ids;
   const Verdict& v = r.verdict;
-  j["verdict"] = {{"found", v.found},
-                  {"pick", v.found ? json(v.best) : json(nullptr)},
-                  {"value", v.found ? num(v.best_value) : json(nullptr)},
-                  {"runner_up", v.runner_up.empty() ? json(nullptr) : json(v.runner_up)},
-                  {"margin_lo", v.runner_up.empty() ? json(nullptr) : num(v.margin_ci.lo)},
-                  {"margin_hi", v.runner_up.empty() ? json(nullptr) : num(v.margin_ci.hi)},
-                  {"significant", v.significant},
-                  {"over_budget", v.over_budget},
-                  {"mostly_full_precision", v.mostly_full_precision},
-                  {"text", verdict_text(v, req.budget, r.metric)}};
+  j["verdict"] = verdict_json(v, req.budget, r.metric);
   j["warnings"] = r.warnings;
   return json_text(j);
 }

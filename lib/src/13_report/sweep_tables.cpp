@@ -95,18 +95,11 @@ std::string summary_json(const SweepConfig& cfg, const SweepResult& r) {
   j["budget"] = {{"bits", cfg.budget.bits}, {"context", cfg.budget.context}};
   j["metric"] = cfg.metric;
   j["queries"] = cfg.queries;
-  for (const auto& [dump, v] : r.verdicts)
-    j["verdicts"].push_back({{"dump", dump},
-                             {"found", v.found},
-                             {"pick", v.found ? json(v.best) : json(nullptr)},
-                             {"value", v.found ? num(v.best_value) : json(nullptr)},
-                             {"runner_up", v.runner_up.empty() ? json(nullptr) : json(v.runner_up)},
-                             {"margin_lo", v.runner_up.empty() ? json(nullptr) : num(v.margin_ci.lo)},
-                             {"margin_hi", v.runner_up.empty() ? json(nullptr) : num(v.margin_ci.hi)},
-                             {"significant", v.significant},
-                             {"over_budget", v.over_budget},
-                             {"mostly_full_precision", v.mostly_full_precision},
-                             {"text", verdict_text(v, cfg.budget, r.metric)}});
+  for (const auto& [dump, v] : r.verdicts) {
+    json one = {{"dump", dump}};
+    one.update(verdict_json(v, cfg.budget, r.metric));
+    j["verdicts"].push_back(one);
+  }
   for (const SweepSummary& s : r.summary) {
     json row = {{"dump", s.dump},
                 {"recipe", s.recipe},
@@ -161,7 +154,7 @@ void write_sweep_outputs(const SweepConfig& cfg, const SweepResult& r) {
       std::string metrics;
       for (const Fidelity* x : {&s.mean, &s.worst})
         for (double v : {x->k_rel_mse, x->v_rel_mse, x->logit_rel_mse, x->kl, x->out_rel_err, x->top8_overlap})
-          metrics += "," + metric_text(v, "{:.6g}", true);
+          metrics += fmt::format(",{}", csv_number(v));
       f += fmt::format("{},{},{},{},{},{},{},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}{}\n", s.dump, s.recipe, s.preset,
                        widths_text(s.key_bits, s.value_bits), s.tokens, s.quantizes ? fmt::format("{:.4f}", s.quantized_share) : "",
                        s.ranked ? 1 : 0, s.bits_at_dump, s.bits_32k, s.bits_128k, s.bits_budget, s.key_bits_128k, s.value_bits_128k,

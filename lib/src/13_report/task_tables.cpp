@@ -48,7 +48,7 @@ std::string tasks_markdown(const TaskResults& r, const std::string& model_name) 
         low += (low.empty() ? "" : " / ") + (recipe == r.recipes.front() || c.quantized == 0 ? std::string("-") : percent(c.quantized) + "%");
       }
       md += fmt::format("| {} | {} |", recipe, low);
-      for (int len : r.lengths) md += " " + cell_text(r.cell(recipe, task, len)) + " |";
+      for (int len : r.lengths) md += fmt::format(" {} |", cell_text(r.cell(recipe, task, len)));
       md += "\n";
     }
     md += "\n";

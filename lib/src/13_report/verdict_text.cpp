@@ -41,4 +41,20 @@ std::string verdict_text(const Verdict& v, const Budget& budget, const VerdictMe
   return s;
 }
 
+nlohmann::json verdict_json(const Verdict& v, const Budget& budget, const VerdictMetric& metric) {
+  using nlohmann::json;
+  const auto num = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
+  const bool runner = !v.runner_up.empty();
+  return {{"found", v.found},
+          {"pick", v.found ? json(v.best) : json(nullptr)},
+          {"value", v.found ? num(v.best_value) : json(nullptr)},
+          {"runner_up", runner ? json(v.runner_up) : json(nullptr)},
+          {"margin_lo", runner ? num(v.margin_ci.lo) : json(nullptr)},
+          {"margin_hi", runner ? num(v.margin_ci.hi) : json(nullptr)},
+          {"significant", v.significant},
+          {"over_budget", v.over_budget},
+          {"mostly_full_precision", v.mostly_full_precision},
+          {"text", verdict_text(v, budget, metric)}};
+}
+
 }  // namespace oscar

@@ -4,8 +4,10 @@
 #pragma once
 #include <H5Cpp.h>
 
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "oscar/01_core/output_files.h"
@@ -23,6 +25,20 @@ void silence();
 void put_str(H5::H5Object& o, const char* name, const std::string& v);  // variable-length UTF-8
 void put_i64(H5::H5Object& o, const char* name, long long v);
 void put_f64(H5::H5Object& o, const char* name, double v);
+// Integer attributes, in order: {{"n_layers", 30}, {"head_dim", 64}}.
+void put_i64s(H5::H5Object& o, std::initializer_list<std::pair<const char*, long long>> values);
+
+// What an oscar-kv HDF5 file is and which model it comes from, written first in every file: its format name, its
+// version (under `version_key`: dumps and covariance fits say format_version, kernel rotations version), and the
+// model's name and checkpoint sha256 (left out when empty and `model_optional`).
+struct FileIdentity {
+  std::string format;
+  const char* version_key = "format_version";
+  long long version = 1;
+  std::string model_name, checkpoint_sha256;
+  bool model_optional = false;
+};
+void put_identity(H5::H5Object& o, const FileIdentity& id);
 
 // An HDF5 output written through AtomicOutput. After fail() (any HDF5 failure while writing), the file's
 // descriptor points at an in-memory file, so that the closes that follow (they flush HDF5's caches again) do not

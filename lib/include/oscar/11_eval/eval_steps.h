@@ -11,6 +11,9 @@
 
 namespace oscar {
 
+// Consecutive predictions resampled together in the bootstrap intervals (their losses are dependent).
+inline constexpr int kBootstrapBlock = 32;
+
 // What every step reads: the request, the model, the plan and the calibrated rotations (null when none is needed).
 struct EvalContext {
   const EvalRequest& req;

@@ -528,6 +528,113 @@ void dequantize_rows_bf16(const GgufTensor& t, int64_t row0, int64_t nrows, uint
             [](GgmlType ty, const uint8_t* s, uint16_t* d, int64_t n) { dequantize_bf16(ty, s, d, n); });
 }
 
+namespace {
+
+// Every shape is bounded far above any real model, so that products of them (n_heads * head_dim, dim * vocab) cannot
+// overflow the int64 arithmetic that sizes tensors and checks shapes.
+int positive(const GgufFile& f, const std::string& key, int32_t most = 1 << 20) {
+  const int32_t v = f.get_i32(key);
+  if (v <= 0 || v > most)
+    fail("{}: metadata key '{}' = {} must be between 1 and {}; the file's metadata is malformed", f.path(), key, v, most);
+  return static_cast<int>(v);
+}
+
+// Layers, widths, heads and the head size (`a`: the architecture's key prefix).
+void read_shapes(const GgufFile& f, const std::string& a, GgufModelConfig& c) {
+  const std::string& path = f.path();
+  c.n_layers = positive(f, a + "block_count", 4096);
+  c.dim = positive(f, a + "embedding_length");
+  c.ffn_dim = positive(f, a + "feed_forward_length", 1 << 22);
+  c.n_heads = positive(f, a + "attention.head_count", 4096);
+  if (f.has(a + "attention.head_count_kv") && f.value_type(a + "attention.head_count_kv") == GgufValueType::ARRAY)
+    fail("{}: '{}attention.head_count_kv' varies per layer, which oscar-kv does not support; use a model with one KV "
+         "head count",
+         path, a);
+  c.n_kv_heads = f.has(a + "attention.head_count_kv") ? positive(f, a + "attention.head_count_kv", 4096) : c.n_heads;
+  if (c.n_heads % c.n_kv_heads != 0)
+    fail("{}: {} query heads are not a multiple of {} KV heads; the file's metadata is malformed", path, c.n_heads, c.n_kv_heads);
+  if (f.has(a + "attention.key_length")) {
+    c.head_dim = positive(f, a + "attention.key_length", 8192);
+  } else {
+    if (c.dim % c.n_heads != 0)
+      fail("{}: embedding length {} is not a multiple of {} heads and '{}attention.key_length' is absent; the file's "
+           "metadata is malformed",
+           path, c.dim, c.n_heads, a);
+    c.head_dim = c.dim / c.n_heads;
+  }
+  if (f.has(a + "attention.value_length") && positive(f, a + "attention.value_length") != c.head_dim)
+    fail("{}: value head size {} differs from key head size {}, which oscar-kv does not support", path,
+         f.get_i32(a + "attention.value_length"), c.head_dim);
+  c.rms_eps = f.get_f64(a + "attention.layer_norm_rms_epsilon");
+  if (!(c.rms_eps > 0 && c.rms_eps < 1))
+    fail("{}: '{}attention.layer_norm_rms_epsilon' = {} is not a small positive number; the file's metadata is malformed", path, a,
+         c.rms_eps);
+  c.context_length = positive(f, a + "context_length", 1 << 30);
+}
+
+// RoPE: the dimensions, base, scaling and frequency factors (the convention from the architecture table).
+void read_rope(const GgufFile& f, const std::string& a, const ArchitectureFacts& facts, GgufModelConfig& c) {
+  const std::string& path = f.path();
+  c.rope_dims = f.has(a + "rope.dimension_count") ? positive(f, a + "rope.dimension_count") : c.head_dim;
+  if (c.rope_dims > c.head_dim || c.rope_dims % 2 != 0)
+    fail("{}: RoPE over {} dimensions of a {}-dimensional head is not possible; the file's metadata is malformed", path,
+         c.rope_dims, c.head_dim);
+  if (f.has(a + "rope.freq_base")) c.rope_base = f.get_f64(a + "rope.freq_base");
+  if (!(c.rope_base > 1.0) || !std::isfinite(c.rope_base) || c.rope_base > 1e12)
+    fail("{}: '{}rope.freq_base' = {} must be a finite number between 1 and 1e12; the file's metadata is malformed", path, a,
+         c.rope_base);
+  c.rope_convention = std::string(facts.rope_convention);
+  if (f.has(a + "rope.scaling.type")) {
+    c.rope_scaling = f.get_string(a + "rope.scaling.type");
+    if (c.rope_scaling == "none") c.rope_scaling.clear();
+  }
+  if (f.has(a + "rope.scaling.factor")) c.rope_scaling_factor = f.get_f64(a + "rope.scaling.factor");
+  if (!std::isfinite(c.rope_scaling_factor) || c.rope_scaling_factor <= 0)
+    fail("{}: '{}rope.scaling.factor' = {} must be a finite positive number; the file's metadata is malformed", path, a,
+         c.rope_scaling_factor);
+  c.rope_freq_factors = f.has_tensor(std::string(kModelTensors.rope_freqs));
+}
+
+// The tokenizer's presence and the vocabulary, against the embedding's rows.
+void read_vocabulary(const GgufFile& f, const std::string& a, GgufModelConfig& c) {
+  const std::string& path = f.path();
+  for (const char* key : {"tokenizer.ggml.model", "tokenizer.ggml.tokens"})
+    if (!f.has(key))
+      fail("{}: tokenizer metadata '{}' is missing; oscar-kv needs the tokenizer inside the GGUF (llama.cpp's "
+           "convert_hf_to_gguf.py writes it); use a GGUF converted with its tokenizer",
+           path, key);
+  c.tokenizer_model = f.get_string("tokenizer.ggml.model");
+  if (c.tokenizer_model == "gpt2" && !f.has("tokenizer.ggml.merges"))
+    fail("{}: tokenizer metadata 'tokenizer.ggml.merges' is missing, which a gpt2 (byte-level BPE) tokenizer needs; use a "
+         "GGUF converted with its tokenizer",
+         path);
+  const GgufTensor& emb = f.tensor(std::string(kModelTensors.token_embd));
+  if (emb.dims.size() != 2 || emb.dims[0] != c.dim)
+    fail("{}: token_embd.weight has shape {}, expected {}x(vocab); the file is inconsistent", path, emb.shape_string(), c.dim);
+  c.vocab_size = static_cast<int>(emb.dims[1]);
+  const uint64_t n_tokens = f.array_size("tokenizer.ggml.tokens");
+  if (n_tokens != static_cast<uint64_t>(c.vocab_size))
+    fail("{}: the tokenizer lists {} tokens but token_embd.weight has {} rows; the file is inconsistent", path, n_tokens,
+         c.vocab_size);
+  if (f.has(a + "vocab_size") && f.get_i64(a + "vocab_size") != c.vocab_size)
+    fail("{}: '{}vocab_size' = {} but token_embd.weight has {} rows; the file is inconsistent", path, a, f.get_i64(a + "vocab_size"),
+         c.vocab_size);
+}
+
+// Local (sliding-window) layers: the window from the file, the pattern and their RoPE base from the table.
+void read_windows(const GgufFile& f, const std::string& a, const ArchitectureFacts& facts, GgufModelConfig& c) {
+  if (facts.local_period <= 0) return;
+  if (!f.has(a + "attention.sliding_window"))
+    fail("{}: metadata key '{}attention.sliding_window' is missing, which a {} model's local layers need; the file is "
+         "incomplete: convert the model again with a current llama.cpp",
+         f.path(), a, c.architecture);
+  c.sliding_window = positive(f, a + "attention.sliding_window", 1 << 30);
+  for (int l = 0; l < c.n_layers; ++l) c.layer_windows.push_back(l % facts.local_period < facts.local_period - 1 ? c.sliding_window : 0);
+  c.rope_base_local = facts.local_rope_theta;
+}
+
+}  // namespace
+
 GgufModelConfig read_model_config(const GgufFile& f) {
   GgufModelConfig c;
   const std::string& path = f.path();
@@ -541,99 +648,13 @@ GgufModelConfig read_model_config(const GgufFile& f) {
   const std::string a = c.architecture + ".";
   c.name = printable_short(f.has("general.name") ? f.get_string("general.name") : std::filesystem::path(path).stem().string(),
                            120);  // shown in tables and on the terminal: the file's author's text, made safe
-  // Every shape is bounded far above any real model, so that products of them (n_heads * head_dim, dim * vocab)
-  // cannot overflow the int64 arithmetic that sizes tensors and checks shapes.
-  auto positive = [&](const std::string& key, int32_t most = 1 << 20) {
-    const int32_t v = f.get_i32(key);
-    if (v <= 0 || v > most)
-      fail("{}: metadata key '{}' = {} must be between 1 and {}; the file's metadata is malformed", path, key, v, most);
-    return static_cast<int>(v);
-  };
-  c.n_layers = positive(a + "block_count", 4096);
-  c.dim = positive(a + "embedding_length");
-  c.ffn_dim = positive(a + "feed_forward_length", 1 << 22);
-  c.n_heads = positive(a + "attention.head_count", 4096);
-  if (f.has(a + "attention.head_count_kv") && f.value_type(a + "attention.head_count_kv") == GgufValueType::ARRAY)
-    fail("{}: '{}attention.head_count_kv' varies per layer, which oscar-kv does not support; use a model with one KV "
-         "head count",
-         path, a);
-  c.n_kv_heads = f.has(a + "attention.head_count_kv") ? positive(a + "attention.head_count_kv", 4096) : c.n_heads;
-  if (c.n_heads % c.n_kv_heads != 0)
-    fail("{}: {} query heads are not a multiple of {} KV heads; the file's metadata is malformed", path, c.n_heads,
-         c.n_kv_heads);
-  if (f.has(a + "attention.key_length")) {
-    c.head_dim = positive(a + "attention.key_length", 8192);
-  } else {
-    if (c.dim % c.n_heads != 0)
-      fail("{}: embedding length {} is not a multiple of {} heads and '{}attention.key_length' is absent; the file's "
-           "metadata is malformed",
-           path, c.dim, c.n_heads, a);
-    c.head_dim = c.dim / c.n_heads;
-  }
-  if (f.has(a + "attention.value_length") && positive(a + "attention.value_length") != c.head_dim)
-    fail("{}: value head size {} differs from key head size {}, which oscar-kv does not support", path,
-         f.get_i32(a + "attention.value_length"), c.head_dim);
-  c.rope_dims = f.has(a + "rope.dimension_count") ? positive(a + "rope.dimension_count") : c.head_dim;
-  if (c.rope_dims > c.head_dim || c.rope_dims % 2 != 0)
-    fail("{}: RoPE over {} dimensions of a {}-dimensional head is not possible; the file's metadata is malformed", path,
-         c.rope_dims, c.head_dim);
-  if (f.has(a + "rope.freq_base")) c.rope_base = f.get_f64(a + "rope.freq_base");
-  if (!(c.rope_base > 1.0) || !std::isfinite(c.rope_base) || c.rope_base > 1e12)
-    fail("{}: '{}rope.freq_base' = {} must be a finite number between 1 and 1e12; the file's metadata is malformed", path,
-         a, c.rope_base);
-  c.rope_convention = std::string(facts->rope_convention);
-  if (f.has(a + "rope.scaling.type")) {
-    c.rope_scaling = f.get_string(a + "rope.scaling.type");
-    if (c.rope_scaling == "none") c.rope_scaling.clear();
-  }
-  if (f.has(a + "rope.scaling.factor")) c.rope_scaling_factor = f.get_f64(a + "rope.scaling.factor");
-  if (!std::isfinite(c.rope_scaling_factor) || c.rope_scaling_factor <= 0)
-    fail("{}: '{}rope.scaling.factor' = {} must be a finite positive number; the file's metadata is malformed", path, a,
-         c.rope_scaling_factor);
-  c.rope_freq_factors = f.has_tensor("rope_freqs.weight");
-  c.rms_eps = f.get_f64(a + "attention.layer_norm_rms_epsilon");
-  if (!(c.rms_eps > 0 && c.rms_eps < 1))
-    fail("{}: '{}attention.layer_norm_rms_epsilon' = {} is not a small positive number; the file's metadata is "
-         "malformed",
-         path, a, c.rms_eps);
-  c.context_length = positive(a + "context_length", 1 << 30);
-
-  for (const char* key : {"tokenizer.ggml.model", "tokenizer.ggml.tokens"})
-    if (!f.has(key))
-      fail("{}: tokenizer metadata '{}' is missing; oscar-kv needs the tokenizer inside the GGUF (llama.cpp's "
-           "convert_hf_to_gguf.py writes it); use a GGUF converted with its tokenizer",
-           path, key);
-  c.tokenizer_model = f.get_string("tokenizer.ggml.model");
-  if (c.tokenizer_model == "gpt2" && !f.has("tokenizer.ggml.merges"))
-    fail("{}: tokenizer metadata 'tokenizer.ggml.merges' is missing, which a gpt2 (byte-level BPE) tokenizer needs; use a "
-         "GGUF converted with its tokenizer",
-         path);
-
-  const GgufTensor& emb = f.tensor("token_embd.weight");
-  if (emb.dims.size() != 2 || emb.dims[0] != c.dim)
-    fail("{}: token_embd.weight has shape {}, expected {}x(vocab); the file is inconsistent", path, emb.shape_string(),
-         c.dim);
-  c.vocab_size = static_cast<int>(emb.dims[1]);
-  const uint64_t n_tokens = f.array_size("tokenizer.ggml.tokens");
-  if (n_tokens != static_cast<uint64_t>(c.vocab_size))
-    fail("{}: the tokenizer lists {} tokens but token_embd.weight has {} rows; the file is inconsistent", path, n_tokens,
-         c.vocab_size);
-  if (f.has(a + "vocab_size") && f.get_i64(a + "vocab_size") != c.vocab_size)
-    fail("{}: '{}vocab_size' = {} but token_embd.weight has {} rows; the file is inconsistent", path, a,
-         f.get_i64(a + "vocab_size"), c.vocab_size);
-  c.tied_output = !f.has_tensor("output.weight");
-  c.qk_norm = f.has_tensor("blk.0.attn_q_norm.weight");
-  c.qkv_bias = f.has_tensor("blk.0.attn_q.bias");
-  if (facts->local_period > 0) {  // local (sliding-window) layers: the window from the file, the pattern from the table
-    if (!f.has(a + "attention.sliding_window"))
-      fail("{}: metadata key '{}attention.sliding_window' is missing, which a {} model's local layers need; the file is "
-           "incomplete: convert the model again with a current llama.cpp",
-           path, a, c.architecture);
-    c.sliding_window = positive(a + "attention.sliding_window", 1 << 30);
-    for (int l = 0; l < c.n_layers; ++l)
-      c.layer_windows.push_back(l % facts->local_period < facts->local_period - 1 ? c.sliding_window : 0);
-    c.rope_base_local = facts->local_rope_theta;
-  }
+  read_shapes(f, a, c);
+  read_rope(f, a, *facts, c);
+  read_vocabulary(f, a, c);
+  c.tied_output = !f.has_tensor(std::string(kModelTensors.output));
+  c.qk_norm = f.has_tensor(block_tensor(0, facts->block().tensors.q_norm));
+  c.qkv_bias = f.has_tensor(block_tensor(0, facts->block().tensors.q_bias));
+  read_windows(f, a, *facts, c);
   if (facts->attention_scale) c.attention_scale = facts->attention_scale(c.dim, c.n_heads, c.head_dim, c.n_layers);
   f.require_dequantizable();
   return c;

@@ -1,5 +1,5 @@
 // block_gemma3.cpp: the Gemma 3 block (sandwich norms):
-//   x += post_att_norm(W_o attn(att_norm(x)));  x += post_ffn_norm(W_down (gelu_tanh(W_gate h) * W_up h)), h = ffn_norm(x).
+//   x += post_att_norm(W_o attn(att_norm(x)));  x += post_ffn_norm(W_down act(W_gate h) * W_up h), h = ffn_norm(x) (GeGLU, tanh approximation).
 // Attention has per-head q/k norms, the layer's RoPE base and, in local layers, the sliding window (ops.cpp).
 #include "blocks.h"
 
@@ -15,9 +15,7 @@ void block_gemma3(const BlockContext& b, MatrixRM& x) {
   rmsnorm_rows(s.o, W.post_att_norm, eps, s.xb);
   x += s.xb;
   rmsnorm_rows(x, W.rms_ffn, eps, s.xb);
-  linear(s.xb, W.w1, s.h1);
-  linear(s.xb, W.w3, s.h3);
-  geglu_tanh(s.h1, s.h3);
+  feed_forward_hidden(b);
   linear(s.h1, W.w2, s.o);
   rmsnorm_rows(s.o, W.post_ffn_norm, eps, s.xb);
   x += s.xb;

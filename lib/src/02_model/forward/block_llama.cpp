@@ -1,4 +1,5 @@
-// block_llama.cpp: the llama block: x += W_o attn(rmsnorm(x)); x += W_down (silu(W_gate h) * W_up h), h = rmsnorm(x).
+// block_llama.cpp: the llama block: x += W_o attn(rmsnorm(x)); x += W_down act(W_gate h) * W_up h, h = rmsnorm(x)
+// (the activation from the architecture table: SwiGLU for llama, qwen2, qwen3).
 #include "blocks.h"
 
 namespace oscar::forward {
@@ -11,9 +12,7 @@ void block_llama(const BlockContext& b, MatrixRM& x) {
   attention(b);
   linear_add(s.att, W.wo, x);
   rmsnorm_rows(x, W.rms_ffn, eps, s.xb);
-  linear(s.xb, W.w1, s.h1);
-  linear(s.xb, W.w3, s.h3);
-  swiglu(s.h1, s.h3);
+  feed_forward_hidden(b);
   linear_add(s.h1, W.w2, x);
 }
 

@@ -62,6 +62,28 @@ struct GgufModel::Impl {
              path, tensor, v[static_cast<size_t>(i)], i);
     return v.data();
   }
+
+  // Block l's tensors, by the names of its unit (architecture.h).
+  ModelLayer layer(const ModelConfig& c, const BlockUnitFacts& unit, int l) {
+    const BlockTensorNames& n = unit.tensors;
+    const int64_t d = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), hid = c.hidden_dim, hd = c.head_dim();
+    const auto mat = [&](std::string_view name, int64_t rows, int64_t cols) { return matrix(block_tensor(l, name), rows, cols); };
+    const auto vec = [&](std::string_view name, int64_t size) { return vector(block_tensor(l, name), size); };
+    ModelLayer L;
+    L.rms_att = vec(n.attn_norm, d);
+    L.wq = mat(n.q, qd, d);
+    L.wk = mat(n.k, kvd, d);
+    L.wv = mat(n.v, kvd, d);
+    if (c.qkv_bias) L.bq = vec(n.q_bias, qd), L.bk = vec(n.k_bias, kvd), L.bv = vec(n.v_bias, kvd);
+    if (c.qk_norm) L.q_norm = vec(n.q_norm, hd), L.k_norm = vec(n.k_norm, hd);
+    L.wo = mat(n.o, d, qd);
+    L.rms_ffn = vec(n.ffn_norm, d);
+    L.w1 = mat(n.gate, hid, d);
+    L.w2 = mat(n.down, d, hid);
+    L.w3 = mat(n.up, hid, d);
+    if (unit.post_norms()) L.post_att_norm = vec(n.post_attn_norm, d), L.post_ffn_norm = vec(n.post_ffn_norm, d);
+    return L;
+  }
 };
 
 ModelConfig model_config_from_gguf(const GgufModelConfig& g) {
@@ -111,53 +133,27 @@ GgufModel GgufModel::load(const std::string& path) {
            path, type, factor);
   }
   const ArchitectureFacts& facts = architecture_facts(g.architecture);
+  const BlockTensorNames& tn = facts.block().tensors;
   if (facts.qk_norm && !g.qk_norm)
-    fail("{}: a {} model needs tensor 'blk.0.attn_q_norm.weight', which is missing; the file is incomplete", path,
-         g.architecture);
+    fail("{}: a {} model needs tensor '{}', which is missing; the file is incomplete", path, g.architecture,
+         block_tensor(0, tn.q_norm));
   if (!facts.qk_norm && g.qk_norm)
-    fail("{}: tensor 'blk.0.attn_q_norm.weight' (q/k norm) is present in a {} model, which has none; the file is "
-         "inconsistent",
-         path, g.architecture);
+    fail("{}: tensor '{}' (q/k norm) is present in a {} model, which has none; the file is inconsistent", path,
+         block_tensor(0, tn.q_norm), g.architecture);
   if (!facts.qkv_bias && g.qkv_bias)
-    fail("{}: tensor 'blk.0.attn_q.bias' is present in a {} model, which oscar-kv runs without q/k/v biases; the file "
-         "is inconsistent",
-         path, g.architecture);
+    fail("{}: tensor '{}' is present in a {} model, which oscar-kv runs without q/k/v biases; the file is inconsistent",
+         path, block_tensor(0, tn.q_bias), g.architecture);
 
   const ModelConfig c = model_config_from_gguf(g);
-  const int64_t d = c.dim, qd = c.q_dim(), kvd = c.kv_dim(), hid = c.hidden_dim, V = c.vocab_size, hd = c.head_dim();
+  const int64_t d = c.dim, V = c.vocab_size;
+  const ModelTensorNames& names = kModelTensors;
   ModelWeights w;
-  w.token_embedding = m->matrix("token_embd.weight", V, d);
-  w.classifier = g.tied_output ? w.token_embedding : m->matrix("output.weight", V, d);
-  w.rms_final = m->vector("output_norm.weight", d);
-  if (m->file.has_tensor("rope_freqs.weight")) w.rope_freq_factors = m->vector("rope_freqs.weight", c.rotary_dims() / 2);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
-    ModelLayer L;
-    L.rms_att = m->vector(b + "attn_norm.weight", d);
-    L.wq = m->matrix(b + "attn_q.weight", qd, d);
-    L.wk = m->matrix(b + "attn_k.weight", kvd, d);
-    L.wv = m->matrix(b + "attn_v.weight", kvd, d);
-    if (c.qkv_bias) {
-      L.bq = m->vector(b + "attn_q.bias", qd);
-      L.bk = m->vector(b + "attn_k.bias", kvd);
-      L.bv = m->vector(b + "attn_v.bias", kvd);
-    }
-    if (c.qk_norm) {
-      L.q_norm = m->vector(b + "attn_q_norm.weight", hd);
-      L.k_norm = m->vector(b + "attn_k_norm.weight", hd);
-    }
-    L.wo = m->matrix(b + "attn_output.weight", d, qd);
-    L.rms_ffn = m->vector(b + "ffn_norm.weight", d);
-    L.w1 = m->matrix(b + "ffn_gate.weight", hid, d);
-    L.w2 = m->matrix(b + "ffn_down.weight", d, hid);
-    L.w3 = m->matrix(b + "ffn_up.weight", hid, d);
-    if (facts.post_norms) {
-      L.post_att_norm = m->vector(b + "post_attention_norm.weight", d);
-      L.post_ffn_norm = m->vector(b + "post_ffw_norm.weight", d);
-    }
-    w.layers.push_back(std::move(L));
-  }
-  if (m->file.has_tensor("blk." + std::to_string(c.n_layers) + ".attn_norm.weight"))
+  w.token_embedding = m->matrix(std::string(names.token_embd), V, d);
+  w.classifier = g.tied_output ? w.token_embedding : m->matrix(std::string(names.output), V, d);
+  w.rms_final = m->vector(std::string(names.output_norm), d);
+  if (m->file.has_tensor(std::string(names.rope_freqs))) w.rope_freq_factors = m->vector(std::string(names.rope_freqs), c.rotary_dims() / 2);
+  for (int l = 0; l < c.n_layers; ++l) w.layers.push_back(m->layer(c, facts.block(), l));
+  if (m->file.has_tensor(block_tensor(c.n_layers, facts.block().tensors.attn_norm)))
     fail("{}: tensors of block {} exist but the metadata says {} blocks; the file is inconsistent", path, c.n_layers,
          c.n_layers);
   m->model = std::make_unique<Model>(c, std::move(w));

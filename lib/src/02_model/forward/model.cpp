@@ -144,7 +144,7 @@ Model::Model(const ModelConfig& config, ModelWeights weights)
       check_vector(L.q_norm, l, "the q norm weight");
       check_vector(L.k_norm, l, "the k norm weight");
     }
-    if (facts_->post_norms) {
+    if (facts_->block().post_norms()) {
       check_vector(L.post_att_norm, l, "the post-attention RMSNorm weight");
       check_vector(L.post_ffn_norm, l, "the post-feed-forward RMSNorm weight");
     }
@@ -188,7 +188,7 @@ MatrixRM Model::forward(std::span<const int> tokens, KvCache& cache, const Layer
   }
   if (facts_->scale_embeddings) x *= std::sqrt(static_cast<float>(c.dim));
   const forward::RopeTable rope(n, p0, inv_freq_), rope_local(n, p0, inv_freq_local_);
-  const auto block = facts_->unit == BlockUnit::gemma3 ? forward::block_gemma3 : forward::block_llama;
+  const forward::BlockFunction block = forward::block_function(facts_->unit);
   forward::BlockScratch scratch;
   for (int l = 0; l < c.n_layers; ++l)
     block(forward::BlockContext{*this, l, p0, cache, on_layer, c.window(l) > 0 ? rope_local : rope, scratch}, x);
