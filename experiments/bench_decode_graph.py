@@ -35,12 +35,6 @@ GRAPH_CALLS = 20
 HEADS = {64: (32, 8), 128: (32, 8), 256: (16, 8)}
 
 
-
-
-
-
-
-
 def cov_read_bytes(L, D, bits):  # per (sequence, KV head): covfmt::decode_read_bytes
     nb = max(0, L - SINK - RECENT)
     return (L - nb) * 4 * D + nb * 2 * (D * bits // 8 + 4)
@@ -51,6 +45,18 @@ def omni_read_bytes(L, D, bits, hkv):  # per (sequence, KV head): omnifmt::decod
     return (L - nb) * 4 * D + nb * (2 * D * bits / 8 + 4 * D / 32 * 2 + 2 / hkv)
 
 
+def decode_inputs(B, hq, hkv, L, D, nrot):
+    """One decode shape's inputs on the GPU: nrot random bf16 copies each of K and V [B, hkv, L, D] (the repeats rotate
+    over them), random bf16 queries [B, hq, 1, D], every sequence's length L (int32), a float32 output [B, hq, D] and the
+    logit scale 1/sqrt(D)."""
+    ks = [torch.randn(B, hkv, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(nrot)]
+    vs = [torch.randn(B, hkv, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(nrot)]
+    q = torch.randn(B, hq, 1, D, device="cuda", dtype=torch.bfloat16)
+    lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
+    out = torch.empty(B, hq, D, dtype=torch.float32, device="cuda")
+    return ks, vs, q, lens, out, 1.0 / math.sqrt(D)
+
+
 def bench_shape(lib, D, hq, hkv, B, L, reps, cp, softcap=0.0):
     stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731
     bf16_bytes = B * hkv * L * D * 2 * 2
@@ -59,12 +65,7 @@ def bench_shape(lib, D, hq, hkv, B, L, reps, cp, softcap=0.0):
     if nrot * bf16_bytes * 1.6 + 3e9 > free:
         print(f"skip D={D} B={B} L={L}: not enough memory", flush=True)
         return None
-    ks = [torch.randn(B, hkv, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(nrot)]
-    vs = [torch.randn(B, hkv, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(nrot)]
-    q = torch.randn(B, hq, 1, D, device="cuda", dtype=torch.bfloat16)
-    lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
-    out = torch.empty(B, hq, D, dtype=torch.float32, device="cuda")
-    scale = 1.0 / math.sqrt(D)
+    ks, vs, q, lens, out, scale = decode_inputs(B, hq, hkv, L, D, nrot)
     row = {"head_dim": D, "q_heads": hq, "kv_heads": hkv, "batch": B, "ctx": L, "bf16_bytes": bf16_bytes, "sdpa": {}}
     ref = F.scaled_dot_product_attention(q, ks[0], vs[0], enable_gqa=True).float().squeeze(2)
     for name, be in [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),

@@ -46,6 +46,7 @@
 #include "oscar/05_recipe/recipe_yaml.h"
 #include "oscar/06_rotate/rotation.h"
 #include "oscar/02_model/tokenizers/tokenizer.h"
+#include "eval_request.h"
 #include "test_data.h"
 
 #include "gpu_check.h"
@@ -129,18 +130,12 @@ int gpu_test_eval_host() {
   }
 
   // (3) run_eval with and without gpu.
-  EvalRequest req;
-  req.model = test::hd128_model();
-  req.tokenizer = test::stories_tokenizer();
-  req.text = test::kjv_text();
-  req.tokens = 512;
-  req.calib_tokens = 512;
+  EvalRequest req = test::hd128_request(512);
   req.bits = {2, 4};
   req.recall_distances = {512};
   req.recall_span = 64;
   req.prompt = "And God said, Let there be light: and there was light.";
   req.generate = 16;
-  req.progress = false;
   req.recipes = {load_preset("fp16"), load_preset("oscar-cov")};
   const EvalResult cpu = run_eval(req);
   req.gpu = true;

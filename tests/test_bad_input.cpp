@@ -16,35 +16,29 @@
 using namespace oscar;
 namespace fs = std::filesystem;
 
-static std::string write_bytes(const std::string& name, const std::vector<uint8_t>& b) {
-  const std::string p = (test::scratch() / name).string();
-  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-  return p;
-}
-
 TEST_CASE("checkpoints that disagree with their header", "[bad-input][checkpoint]") {
   auto bytes = read_file_bytes(test::stories_model());
   SECTION("truncated") {
     bytes.resize(bytes.size() - 100);
-    CHECK_THROWS_WITH(load_checkpoint(write_bytes("trunc.bin", bytes)),
+    CHECK_THROWS_WITH(load_checkpoint(test::scratch_file("trunc.bin", bytes)),
                       Catch::Contains("trunc.bin") && Catch::Contains("disagrees with its header"));
   }
   SECTION("extra bytes") {
     bytes.push_back(0);
-    CHECK_THROWS_WITH(load_checkpoint(write_bytes("long.bin", bytes)), Catch::Contains("disagrees with its header"));
+    CHECK_THROWS_WITH(load_checkpoint(test::scratch_file("long.bin", bytes)), Catch::Contains("disagrees with its header"));
   }
   SECTION("implausible header") {
     const int32_t bad = 7;  // n_heads = 7 does not divide dim = 64
     std::memcpy(bytes.data() + 12, &bad, 4);
-    CHECK_THROWS_WITH(load_checkpoint(write_bytes("heads.bin", bytes)), Catch::Contains("n_heads must divide dim"));
+    CHECK_THROWS_WITH(load_checkpoint(test::scratch_file("heads.bin", bytes)), Catch::Contains("n_heads must divide dim"));
   }
   SECTION("not a checkpoint") {
-    CHECK_THROWS_WITH(load_checkpoint(write_bytes("tiny.bin", {1, 2, 3})), Catch::Contains("too short"));
+    CHECK_THROWS_WITH(load_checkpoint(test::scratch_file("tiny.bin", std::vector<uint8_t>{1, 2, 3})), Catch::Contains("too short"));
   }
   SECTION("corrupt float16 parts") {
     auto f16 = read_file_bytes(test::hd128_model());
     f16[f16.size() / 2] ^= 0x40;
-    CHECK_THROWS_WITH(load_checkpoint(write_bytes("corrupt.f16", f16)), Catch::Contains("corrupt.f16") && Catch::Contains("sha256"));
+    CHECK_THROWS_WITH(load_checkpoint(test::scratch_file("corrupt.f16", f16)), Catch::Contains("corrupt.f16") && Catch::Contains("sha256"));
   }
 }
 

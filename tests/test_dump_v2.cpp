@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <functional>
 #include <filesystem>
-#include <fstream>
 #include <random>
 
 #include "dump_fixture.h"
@@ -23,6 +22,7 @@
 #include "oscar/03_dump/layer_source.h"
 #include "oscar/04_stats/analyze.h"
 #include "oscar/12_sweep/sweep.h"
+#include "same_fields.h"
 #include "test_data.h"
 
 using namespace oscar;
@@ -97,25 +97,15 @@ Synthetic write_synthetic(const std::string& path, bool pre, const std::vector<L
 }
 
 void check_same(const LayerAttention& a, const LayerAttention& b) {
-  CHECK(a.scaling == b.scaling);
-  CHECK(a.sliding_window == b.sliding_window);
-  CHECK(a.softcap == b.softcap);
-  CHECK(a.rope_convention == b.rope_convention);
-  CHECK(a.rotary_dim == b.rotary_dim);
-  CHECK(a.rope_theta == b.rope_theta);
-  CHECK(a.sinks == b.sinks);
+  using A = LayerAttention;
+  test::check_same_fields(a, b, &A::scaling, &A::sliding_window, &A::softcap, &A::rope_convention, &A::rotary_dim,
+                          &A::rope_theta, &A::sinks);
 }
 
 std::string copy_of(const std::string& src, const std::string& name) {
   const std::string dst = (test::scratch() / name).string();
   fs::copy_file(src, dst, fs::copy_options::overwrite_existing);
   return dst;
-}
-
-std::string write_config(const std::string& name, const std::string& text) {
-  const std::string p = (test::scratch() / name).string();
-  std::ofstream(p) << text;
-  return p;
 }
 
 }  // namespace
@@ -347,8 +337,8 @@ TEST_CASE("a dump without pre-RoPE tensors is analyzed and swept, with its own a
   const auto cfg_text = [&](const std::string& path) {
     return "output: " + out + "\nqueries: 40\nbits: [2]\ndumps:\n  - path: " + path + "\nrecipes:\n  - naive\n";
   };
-  const SweepResult a = run_sweep(load_sweep_config(write_config("nopre_plain.yaml", cfg_text(p_plain))), false);
-  const SweepResult b = run_sweep(load_sweep_config(write_config("nopre_gpt.yaml", cfg_text(p_gpt))), false);
+  const SweepResult a = run_sweep(load_sweep_config(test::scratch_file("nopre_plain.yaml", cfg_text(p_plain))), false);
+  const SweepResult b = run_sweep(load_sweep_config(test::scratch_file("nopre_gpt.yaml", cfg_text(p_gpt))), false);
   REQUIRE(a.rows.size() == static_cast<size_t>(NL * kKv));
   REQUIRE(b.rows.size() == a.rows.size());
   // The simulated caches are the same (same key error); the attention metrics differ by the recorded attention.

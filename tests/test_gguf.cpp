@@ -7,12 +7,11 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <map>
 
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
-#include "oscar/02_model/formats/gguf.h"
+#include "gguf_checks.h"
 #include "test_data.h"
 
 using namespace oscar;
@@ -67,12 +66,6 @@ uint32_t bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
-}
-
-std::string write_scratch(const std::string& name, const std::vector<uint8_t>& bytes) {
-  const auto p = (test::scratch() / name).string();
-  std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  return p;
 }
 
 // A minimal GGUF writer for the bad inputs and the architecture tests, written from the format
@@ -319,33 +312,18 @@ TEST_CASE("gguf: header, alignment and metadata accessors", "[gguf][metadata]") 
 TEST_CASE("gguf: read_model_config", "[gguf][config]") {
   SECTION("the fixture's llama metadata") {
     const GgufFile f = GgufFile::open(fixture());
-    const GgufModelConfig c = read_model_config(f);
-    CHECK(c.architecture == "llama");
-    CHECK(c.name == "oscar-kv dequantization fixture");
-    CHECK(c.n_layers == 2);
-    CHECK(c.dim == 256);
-    CHECK(c.ffn_dim == 512);
-    CHECK(c.n_heads == 4);
-    CHECK(c.n_kv_heads == 2);
-    CHECK(c.head_dim == 64);
-    CHECK(c.rope_dims == 64);
-    CHECK(c.rope_base == 500000.0);
-    CHECK(c.rope_convention == "adjacent-pairs");
-    CHECK(c.rms_eps == Approx(1e-5));
-    CHECK(c.context_length == 512);
-    CHECK(c.vocab_size == 4);
-    CHECK(c.tied_output);
-    CHECK_FALSE(c.qk_norm);
-    CHECK(c.tokenizer_model == "gpt2");
-    CHECK(c.rope_scaling.empty());
-    CHECK_FALSE(c.rope_freq_factors);
+    test::check_config(read_model_config(f), {.architecture = "llama", .name = "oscar-kv dequantization fixture",
+                                              .n_layers = 2, .dim = 256, .ffn_dim = 512, .n_heads = 4, .n_kv_heads = 2,
+                                              .head_dim = 64, .rope_dims = 64, .rope_base = 500000.0,
+                                              .rope_convention = "adjacent-pairs", .rms_eps = 1e-5, .context_length = 512,
+                                              .vocab_size = 4, .tied_output = true, .tokenizer_model = "gpt2"});
   }
   SECTION("qwen3: key_length, qk-norm, untied output, half-split RoPE") {
     Builder b = toy("qwen3");
     b.u32("qwen3.attention.key_length", 8).str("qwen3.rope.scaling.type", "yarn").f32("qwen3.rope.scaling.factor", 4.0f);
     b.f32_tensor("rope_freqs.weight", {4});
     b.f32_tensor("blk.0.attn_q_norm.weight", {8}).f32_tensor("output.weight", {16, 5});
-    const GgufFile f = GgufFile::open(write_scratch("qwen3.gguf", b.bytes()));
+    const GgufFile f = GgufFile::open(test::scratch_file("qwen3.gguf", b.bytes()));
     CHECK(f.alignment() == 32);
     const GgufModelConfig c = read_model_config(f);
     CHECK(c.architecture == "qwen3");
@@ -365,14 +343,14 @@ TEST_CASE("gguf: read_model_config", "[gguf][config]") {
   SECTION("qwen2: q/k/v biases, head_dim from the width") {
     Builder b = toy("qwen2");
     b.f32_tensor("blk.0.attn_q.bias", {16});
-    const GgufModelConfig c = read_model_config(GgufFile::open(write_scratch("qwen2.gguf", b.bytes())));
+    const GgufModelConfig c = read_model_config(GgufFile::open(test::scratch_file("qwen2.gguf", b.bytes())));
     CHECK(c.head_dim == 4);
     CHECK(c.qkv_bias);
     CHECK_FALSE(c.qk_norm);
     CHECK(c.rope_convention == "half-split");
   }
   SECTION("unsupported architecture") {
-    const auto p = write_scratch("mamba.gguf", toy("mamba").bytes());
+    const auto p = test::scratch_file("mamba.gguf", toy("mamba").bytes());
     CHECK_THROWS_WITH(read_model_config(GgufFile::open(p)),
                       Contains(p) && Contains("architecture 'mamba' is not supported (supported: llama, qwen2, qwen3, gemma3)"));
   }
@@ -383,7 +361,7 @@ TEST_CASE("gguf: read_model_config", "[gguf][config]") {
         .u32("llama.feed_forward_length", 32).u32("llama.attention.head_count", 2)
         .f32("llama.attention.layer_norm_rms_epsilon", 1e-5f).str("tokenizer.ggml.model", "llama");
     b.f32_tensor("token_embd.weight", {16, 3});
-    const auto p = write_scratch("notok.gguf", b.bytes());
+    const auto p = test::scratch_file("notok.gguf", b.bytes());
     CHECK_THROWS_WITH(read_model_config(GgufFile::open(p)),
                       Contains(p) && Contains("tokenizer metadata 'tokenizer.ggml.tokens' is missing"));
     Builder g = toy("llama");
@@ -393,23 +371,23 @@ TEST_CASE("gguf: read_model_config", "[gguf][config]") {
         .u32("llama.embedding_length", 16).u32("llama.feed_forward_length", 32).u32("llama.attention.head_count", 2)
         .f32("llama.attention.layer_norm_rms_epsilon", 1e-5f).str("tokenizer.ggml.model", "gpt2")
         .strs("tokenizer.ggml.tokens", {"a", "b", "c", "d", "e"});
-    const auto q = write_scratch("nomerges.gguf", g.bytes());
+    const auto q = test::scratch_file("nomerges.gguf", g.bytes());
     CHECK_THROWS_WITH(read_model_config(GgufFile::open(q)), Contains("'tokenizer.ggml.merges' is missing"));
   }
   SECTION("vocabulary disagrees with token_embd.weight") {
     Builder b = toy("llama");
     b.strs("tokenizer.ggml.tokens", {"a"});  // a second key of that name
-    CHECK_THROWS_WITH(GgufFile::open(write_scratch("dupkey.gguf", b.bytes())), Contains("appears twice"));
+    CHECK_THROWS_WITH(GgufFile::open(test::scratch_file("dupkey.gguf", b.bytes())), Contains("appears twice"));
     Builder c = toy("llama");
     c.tensors[0].dims = {16, 6};
     c.tensors[0].data.resize(16 * 6 * 4);
-    CHECK_THROWS_WITH(read_model_config(GgufFile::open(write_scratch("vocab.gguf", c.bytes()))),
+    CHECK_THROWS_WITH(read_model_config(GgufFile::open(test::scratch_file("vocab.gguf", c.bytes()))),
                       Contains("lists 5 tokens but token_embd.weight has 6 rows"));
   }
   SECTION("a tensor of a type oscar-kv cannot dequantize (Q2_K)") {
     Builder b = toy("llama");
     b.tensor("blk.0.attn_q.weight", 10, {256, 2}, 2 * 84);
-    const auto p = write_scratch("q2k.gguf", b.bytes());
+    const auto p = test::scratch_file("q2k.gguf", b.bytes());
     const GgufFile f = GgufFile::open(p);  // sizes are known, so the file opens
     CHECK(std::string(f.tensor("blk.0.attn_q.weight").type_name()) == "Q2_K");
     CHECK_THROWS_WITH(read_model_config(f), Contains(p) && Contains("'blk.0.attn_q.weight' is stored as Q2_K (ggml type 10)") &&
@@ -425,7 +403,7 @@ TEST_CASE("gguf: bad inputs are one clear error each", "[gguf][bad]") {
   auto damaged = [&](const std::string& name, auto&& edit) {
     std::vector<uint8_t> b = good;
     edit(b);
-    return write_scratch(name, b);
+    return test::scratch_file(name, b);
   };
   SECTION("missing file") {
     CHECK_THROWS_WITH(GgufFile::open("/nonexistent/m.gguf"), Contains("/nonexistent/m.gguf: cannot open"));
@@ -433,7 +411,7 @@ TEST_CASE("gguf: bad inputs are one clear error each", "[gguf][bad]") {
   SECTION("wrong magic") {
     const auto p = damaged("magic.gguf", [](auto& b) { std::memcpy(b.data(), "GGML", 4); });
     CHECK_THROWS_WITH(GgufFile::open(p), Contains(p) && Contains("not a GGUF file (magic 'GGML', expected 'GGUF')"));
-    const auto s = write_scratch("stories.bin", read_file_bytes(test::stories_model()));
+    const auto s = test::scratch_file("stories.bin", read_file_bytes(test::stories_model()));
     CHECK_THROWS_WITH(GgufFile::open(s), Contains("not a GGUF file (magic '@"));
   }
   SECTION("version 1 and 4; a big-endian file") {
@@ -463,14 +441,14 @@ TEST_CASE("gguf: bad inputs are one clear error each", "[gguf][bad]") {
   SECTION("tensor data past the end of the file") {
     Builder b = toy("llama");
     b.tensors[0].offset_override = 1 << 20;
-    const auto p = write_scratch("past-end.gguf", b.bytes());
+    const auto p = test::scratch_file("past-end.gguf", b.bytes());
     CHECK_THROWS_WITH(GgufFile::open(p), Contains(p) && Contains("tensor 'token_embd.weight' (F32 16x5, 320 bytes at data offset 1048576)") &&
                                              Contains("past the end of the file"));
   }
   SECTION("unknown tensor type") {
     Builder b = toy("llama");
     b.tensors[0].type = 99;
-    const auto p = write_scratch("type99.gguf", b.bytes());
+    const auto p = test::scratch_file("type99.gguf", b.bytes());
     CHECK_THROWS_WITH(GgufFile::open(p), Contains(p) && Contains("'token_embd.weight' has ggml type id 99") &&
                                              Contains("supported types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"));
   }
@@ -479,17 +457,17 @@ TEST_CASE("gguf: bad inputs are one clear error each", "[gguf][bad]") {
     CHECK_THROWS_WITH(GgufFile::open(p), Contains("more than a 17344-byte file can hold"));
     Builder a = toy("llama");
     a.u32("general.alignment", 48);
-    CHECK_THROWS_WITH(GgufFile::open(write_scratch("align.gguf", a.bytes())), Contains("general.alignment = 48 is not a power of two"));
+    CHECK_THROWS_WITH(GgufFile::open(test::scratch_file("align.gguf", a.bytes())), Contains("general.alignment = 48 is not a power of two"));
     Builder d = toy("llama");
     d.tensors[0].dims = {16, 5, 1, 1, 1};
-    CHECK_THROWS_WITH(GgufFile::open(write_scratch("dims.gguf", d.bytes())), Contains("has 5 dimensions (1 to 4 supported)"));
+    CHECK_THROWS_WITH(GgufFile::open(test::scratch_file("dims.gguf", d.bytes())), Contains("has 5 dimensions (1 to 4 supported)"));
     Builder r = toy("llama");
     r.tensor("odd", 12, {100, 2}, 288);
-    CHECK_THROWS_WITH(GgufFile::open(write_scratch("rowlen.gguf", r.bytes())),
+    CHECK_THROWS_WITH(GgufFile::open(test::scratch_file("rowlen.gguf", r.bytes())),
                       Contains("'odd' (Q4_K) has rows of 100 values, not a multiple of Q4_K's block size 256"));
     Builder v = toy("llama");
     v.key("weird", 13);
-    CHECK_THROWS_WITH(GgufFile::open(write_scratch("vtype.gguf", v.bytes())), Contains("metadata key 'weird' has value type 13"));
+    CHECK_THROWS_WITH(GgufFile::open(test::scratch_file("vtype.gguf", v.bytes())), Contains("metadata key 'weird' has value type 13"));
   }
 }
 
@@ -517,7 +495,7 @@ TEST_CASE("gguf: every truncation and random header damage is an oscar::Error or
   const auto p = (test::scratch() / "damaged.gguf").string();
   int errors = 0, cases = 0;
   for (uint64_t n = 0; n < good.size(); n += (n < data_start + 64 ? 1 : 61)) {
-    std::ofstream(p, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(good.data()), static_cast<std::streamsize>(n));
+    test::scratch_file("damaged.gguf", std::vector<uint8_t>(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n)));
     errors += exercise(p);
     ++cases;
   }
@@ -534,7 +512,7 @@ TEST_CASE("gguf: every truncation and random header damage is an oscar::Error or
     std::vector<uint8_t> b = good;
     const int flips = 1 + static_cast<int>(next() % 3);
     for (int k = 0; k < flips; ++k) b[next() % data_start] = static_cast<uint8_t>(next());
-    std::ofstream(p, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    test::scratch_file("damaged.gguf", b);
     opened += exercise(p) == 0;
   }
   INFO(opened << " of 1000 damaged files were still valid");

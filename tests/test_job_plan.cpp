@@ -4,9 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
-#include <fstream>
 
 #include "dump_fixture.h"
+#include "eval_request.h"
 #include "oscar/05_recipe/recipe_yaml.h"
 #include "oscar/11_eval/eval.h"
 #include "oscar/12_sweep/sweep.h"
@@ -19,29 +19,18 @@ namespace {
 // naive with its keys fixed at 4 bits: asked for 2 bits, it runs with 4-bit keys and 2-bit values.
 constexpr const char* kFixedKeys = "preset: naive\nname: naive-k4\nkey: {bits: 4}\n";
 
-std::string write_file(const std::string& name, const std::string& text) {
-  const std::string p = (test::scratch() / name).string();
-  std::ofstream(p) << text;
-  return p;
-}
-
 }  // namespace
 
 TEST_CASE("a recipe file's fixed key width runs as K4V2 in oscar-eval and oscar-sweep alike", "[plan][eval][sweep]") {
-  const std::string recipe = write_file("naive-k4.yaml", kFixedKeys);
-  EvalRequest e;
-  e.model = test::stories_model();
-  e.tokenizer = test::stories_tokenizer();
-  e.text = test::kjv_text();
-  e.tokens = 96;
+  const std::string recipe = test::scratch_file("naive-k4.yaml", kFixedKeys);
+  EvalRequest e = test::stories_request(96);
   e.bits = {2};
   e.recipes = {load_recipe_file(recipe)};
-  e.progress = false;
   const EvalResult er = run_eval(e);
   REQUIRE(er.rows.size() == 1);
   CHECK(er.rows[0].recipe == "naive-k4@K4V2");
 
-  SweepConfig s = load_sweep_config(write_file("fixed-width.yaml", "output: fixed-width-out\nbits: [2]\ndumps:\n  - path: " +
+  SweepConfig s = load_sweep_config(test::scratch_file("fixed-width.yaml", "output: fixed-width-out\nbits: [2]\ndumps:\n  - path: " +
                                                                         test::small_dump() + "\nrecipes:\n  - {" +
                                                                         "preset: naive, name: naive-k4, key: {bits: 4}}\n"));
   const SweepResult sr = run_sweep(s, false);

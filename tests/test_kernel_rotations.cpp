@@ -18,6 +18,8 @@
 #include "oscar/09_cache/kernel_rotations.h"
 #include "oscar/07_quantize/cache_sim.h"
 #include "oscar/05_recipe/recipe_yaml.h"
+#include "rotation_reference.h"
+#include "same_fields.h"
 #include "test_data.h"
 
 using namespace oscar;
@@ -30,10 +32,6 @@ using MatrixRMf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Ro
 
 Eigen::MatrixXd mat(const std::vector<float>& stack, int h, int d) {
   return Eigen::Map<const MatrixRMf>(stack.data() + static_cast<size_t>(h) * d * d, d, d).cast<double>();
-}
-
-double ortho_err(const Eigen::MatrixXd& R) {
-  return (R.transpose() * R - Eigen::MatrixXd::Identity(R.rows(), R.cols())).cwiseAbs().maxCoeff();
 }
 
 std::string out_path(const std::string& name) {
@@ -64,19 +62,10 @@ std::vector<LayerRotations> cache_rotations(const std::string& recipe, const std
 }
 
 void require_same(const KernelRotations& a, const KernelRotations& b) {
-  REQUIRE(a.recipe == b.recipe);
-  REQUIRE(a.calibration == b.calibration);
-  REQUIRE(a.model_name == b.model_name);
-  REQUIRE(a.checkpoint_sha256 == b.checkpoint_sha256);
-  REQUIRE(a.n_layers == b.n_layers);
-  REQUIRE(a.head_dim == b.head_dim);
-  REQUIRE(a.n_kv_heads == b.n_kv_heads);
-  REQUIRE(a.per_kv_head == b.per_kv_head);
-  REQUIRE(a.key_kind == b.key_kind);
-  REQUIRE(a.value_kind == b.value_kind);
-  REQUIRE(a.calibration_token_ids == b.calibration_token_ids);
-  REQUIRE(a.key == b.key);
-  REQUIRE(a.value == b.value);
+  using K = KernelRotations;
+  test::require_same_fields(a, b, &K::recipe, &K::calibration, &K::model_name, &K::checkpoint_sha256, &K::n_layers,
+                            &K::head_dim, &K::n_kv_heads, &K::per_kv_head, &K::key_kind, &K::value_kind,
+                            &K::calibration_token_ids, &K::key, &K::value);
 }
 
 }  // namespace
@@ -114,8 +103,8 @@ TEST_CASE("oscar-cov: R_K and R_V are the caches' rotations, orthogonal, with th
     const Eigen::MatrixXd RK = mat(loaded.key[l], 0, d), RV = mat(loaded.value[l], 0, d);
     CHECK((RK - ref[l].key(0).matrix()).cwiseAbs().maxCoeff() < 1e-6);
     CHECK((RV - ref[l].value(0).matrix()).cwiseAbs().maxCoeff() < 1e-6);
-    CHECK(ortho_err(RK) < 1e-5);
-    CHECK(ortho_err(RV) < 1e-5);
+    CHECK(test::orthogonality_error(RK) < 1e-5);
+    CHECK(test::orthogonality_error(RV) < 1e-5);
     // Independently of lib's fit: R_K = U H P, so U = R_K P^T H must diagonalize C_K = mean over query heads of Q^T Q / T
     // (every KV head has the same group size), with descending eigenvalues.
     const LayerDump L = reader.read_layer(l, {"q"});
@@ -153,8 +142,8 @@ TEST_CASE("oscar-cov-head: one matrix per KV head, each the caches' rotation of 
     for (int h = 0; h < 4; ++h) {
       CHECK((mat(loaded.key[l], h, d) - ref[l].key(h).matrix()).cwiseAbs().maxCoeff() < 1e-6);
       CHECK((mat(loaded.value[l], h, d) - ref[l].value(h).matrix()).cwiseAbs().maxCoeff() < 1e-6);
-      CHECK(ortho_err(mat(loaded.key[l], h, d)) < 1e-5);
-      CHECK(ortho_err(mat(loaded.value[l], h, d)) < 1e-5);
+      CHECK(test::orthogonality_error(mat(loaded.key[l], h, d)) < 1e-5);
+      CHECK(test::orthogonality_error(mat(loaded.value[l], h, d)) < 1e-5);
       for (int g = 0; g < h; ++g) {
         CHECK((mat(loaded.key[l], h, d) - mat(loaded.key[l], g, d)).cwiseAbs().maxCoeff() > 1e-3);
         CHECK((mat(loaded.value[l], h, d) - mat(loaded.value[l], g, d)).cwiseAbs().maxCoeff() > 1e-3);
@@ -290,8 +279,8 @@ TEST_CASE("kjv-llama-hd128 (head_dim 128, 2 KV heads): the kernels' shape, the c
         const Eigen::MatrixXd RK = mat(k.key[l], h, 128), RV = mat(k.value[l], h, 128);
         CHECK((RK - ref[l].key(h).matrix()).cwiseAbs().maxCoeff() < 1e-6);
         CHECK((RV - ref[l].value(h).matrix()).cwiseAbs().maxCoeff() < 1e-6);
-        CHECK(ortho_err(RK) < 1e-5);
-        CHECK(ortho_err(RV) < 1e-5);
+        CHECK(test::orthogonality_error(RK) < 1e-5);
+        CHECK(test::orthogonality_error(RV) < 1e-5);
       }
     if (k.per_kv_head)
       for (int l = 0; l < k.n_layers; ++l) CHECK((mat(k.key[l], 0, 128) - mat(k.key[l], 1, 128)).cwiseAbs().maxCoeff() > 1e-3);

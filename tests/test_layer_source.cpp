@@ -16,6 +16,7 @@
 #include "oscar/03_dump/dump.h"
 #include "oscar/03_dump/layer_source.h"
 #include "oscar/06_rotate/rotation.h"
+#include "same_fields.h"
 
 using namespace oscar;
 using Catch::Matchers::Contains;
@@ -63,13 +64,8 @@ TEST_CASE("model-fed and dump-fed layer sources give the same layers and the sam
   const DumpLayerSource dump(path);
   const ModelLayerSource mem(s.model, s.origin(0, 96), "kjv.txt.gz lines 0..");
   const DumpInfo &a = dump.info(), &b = mem.info();
-  CHECK(a.model_name == b.model_name);
-  CHECK(a.checkpoint_sha256 == b.checkpoint_sha256);
-  CHECK(a.n_layers == b.n_layers);
-  CHECK(a.n_heads == b.n_heads);
-  CHECK(a.n_kv_heads == b.n_kv_heads);
-  CHECK(a.head_dim == b.head_dim);
-  CHECK(a.token_count == b.token_count);
+  test::check_same_fields(a, b, &DumpInfo::model_name, &DumpInfo::checkpoint_sha256, &DumpInfo::n_layers,
+                          &DumpInfo::n_heads, &DumpInfo::n_kv_heads, &DumpInfo::head_dim, &DumpInfo::token_count);
   CHECK(dump.origin().token_ids == mem.origin().token_ids);
   CHECK(mem.mean_next_token_loss() == Approx(a.mean_next_token_loss).epsilon(1e-6));
   const std::vector<std::string> all{"q", "q_pre", "k", "k_pre", "v"};

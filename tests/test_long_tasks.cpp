@@ -115,10 +115,9 @@ TEST_CASE("long-context tasks round-trip through JSONL; bad files and specs are 
     const size_t nl = a[i].prompt.rfind('\n');
     CHECK(b[i].question_start == static_cast<int>(encode(a[i].prompt.substr(0, nl + 1)).size()));
   }
-  const auto bad = oscar::test::scratch() / "bad.jsonl";
-  std::ofstream(bad) << "{\"task\": \"passkey\"}\n";
+  const auto bad = oscar::test::scratch_file("bad.jsonl", "{\"task\": \"passkey\"}\n");
   CHECK_THROWS_WITH(read_tasks_jsonl(bad), Catch::Contains("bad.jsonl: line 1"));
-  std::ofstream(bad) << "{\"task\": \"sudoku\", \"answers\": [\"1\"]}\n";
+  oscar::test::scratch_file("bad.jsonl", "{\"task\": \"sudoku\", \"answers\": [\"1\"]}\n");
   CHECK_THROWS_WITH(read_tasks_jsonl(bad), Catch::Contains("unknown long-context task 'sudoku'"));
   {  // a question_start outside the prompt's ids, on line 2
     std::ifstream in(path);
@@ -128,7 +127,7 @@ TEST_CASE("long-context tasks round-trip through JSONL; bad files and specs are 
     const size_t at = second.find("\"question_start\":");
     REQUIRE(at != std::string::npos);
     second.replace(at, second.find_first_of(",}", at) - at, "\"question_start\":999999");
-    std::ofstream(bad) << first << "\n" << second << "\n";
+    oscar::test::scratch_file("bad.jsonl", first + "\n" + second + "\n");
     CHECK_THROWS_WITH(read_tasks_jsonl(bad), Catch::Contains("bad.jsonl: line 2") && Catch::Contains("question_start 999999"));
   }
   TaskSpec s = spec();

@@ -16,6 +16,8 @@
 #include "oscar/07_quantize/cache_sim.h"
 #include "oscar/05_recipe/recipe_yaml.h"
 #include "oscar/09_cache/quantized_cache.h"
+#include "rotation_reference.h"
+#include "same_fields.h"
 #include "test_data.h"
 
 using namespace oscar;
@@ -61,10 +63,6 @@ std::string write_dump(const std::string& name, int n_kv, int group, unsigned se
   }
   w.finish();
   return path;
-}
-
-double orthogonality_error(const Eigen::MatrixXd& U) {
-  return (U.transpose() * U - Eigen::MatrixXd::Identity(U.cols(), U.cols())).cwiseAbs().maxCoeff();
 }
 
 RecipeFile parse(const std::string& yaml) { return parse_recipe(YAML::Load(yaml), "r.yaml"); }
@@ -157,25 +155,8 @@ TEST_CASE("per-KV-head fit: each head's rotation is the eigenbasis of that head'
     for (int h = 0; h < n_kv; ++h) {
       INFO("layer " << l << " KV head " << h);
       // Direct computation with plain loops: C_K,h over the queries of h's group; C_V,h weighted by k C_K,h k^T.
-      Eigen::MatrixXd CK = Eigen::MatrixXd::Zero(kHd, kHd), CV = Eigen::MatrixXd::Zero(kHd, kHd);
-      for (int g = 0; g < group; ++g) {
-        const float* q = L.q.head(h * group + g);
-        for (int t = 0; t < kT; ++t)
-          for (int i = 0; i < kHd; ++i)
-            for (int j = 0; j < kHd; ++j) CK(i, j) += double(q[t * kHd + i]) * q[t * kHd + j] / (group * kT);
-      }
-      const float* k = L.k.head(h);
-      const float* v = L.v.head(h);
-      std::vector<double> w(kT, 0.0);
-      double mean = 0;
-      for (int t = 0; t < kT; ++t) {
-        for (int i = 0; i < kHd; ++i)
-          for (int j = 0; j < kHd; ++j) w[t] += double(k[t * kHd + i]) * CK(i, j) * k[t * kHd + j];
-        mean += w[t] / kT;
-      }
-      for (int t = 0; t < kT; ++t)
-        for (int i = 0; i < kHd; ++i)
-          for (int j = 0; j < kHd; ++j) CV(i, j) += w[t] / mean * v[t * kHd + i] * v[t * kHd + j] / kT;
+      REQUIRE(L.q.tokens == kT);
+      const Eigen::MatrixXd CK = test::key_cov_of_head(L, h, group), CV = test::value_cov_of_head(L, h, CK);
       const CovarianceFit& f = c.heads[l][h];
       CHECK((CK - f.key_cov).cwiseAbs().maxCoeff() <= 1e-9 * CK.cwiseAbs().maxCoeff());
       CHECK((CV - f.value_cov).cwiseAbs().maxCoeff() <= 1e-9 * CV.cwiseAbs().maxCoeff());
@@ -186,7 +167,7 @@ TEST_CASE("per-KV-head fit: each head's rotation is the eigenbasis of that head'
         const Eigen::MatrixXd& C = *pairs[which].first;
         const Eigen::MatrixXd& U = *pairs[which].second;
         const Eigen::VectorXd& lam = *lams[which];
-        CHECK(orthogonality_error(U) < 1e-10);
+        CHECK(test::orthogonality_error(U) < 1e-10);
         // U diagonalizes the directly computed covariance, eigenvalues descending on the diagonal.
         const Eigen::MatrixXd D = U.transpose() * C * U;
         const Eigen::MatrixXd off = D - Eigen::MatrixXd(D.diagonal().asDiagonal());
@@ -209,8 +190,8 @@ TEST_CASE("per-KV-head fit: each head's rotation is the eigenbasis of that head'
       CHECK_NOTHROW(rot.check_heads(n_kv));
       CHECK_THROWS_WITH(rot.check_heads(n_kv + 1), Contains("cover 3 KV heads but the layer has 4"));
       for (int h = 0; h < n_kv; ++h) {
-        CHECK(orthogonality_error(rot.key(h).matrix()) < 1e-10);
-        CHECK(orthogonality_error(rot.value(h).matrix()) < 1e-10);
+        CHECK(test::orthogonality_error(rot.key(h).matrix()) < 1e-10);
+        CHECK(test::orthogonality_error(rot.value(h).matrix()) < 1e-10);
         CHECK((rot.key(h).matrix() - covariance_rotation_matrix(c.heads[l][h].key_eigenvectors, "UHP")).cwiseAbs().maxCoeff() < 1e-12);
         CHECK((rot.value(h).matrix() - covariance_rotation_matrix(c.heads[l][h].value_eigenvectors, "UHP")).cwiseAbs().maxCoeff() < 1e-12);
       }
@@ -288,13 +269,9 @@ TEST_CASE("per-KV-head fit: each head's rotation is the eigenbasis of that head'
       CHECK(b.value_cov[l] == c.value_cov[l]);
       REQUIRE(b.heads[l].size() == static_cast<size_t>(n_kv));
       for (int h = 0; h < n_kv; ++h) {
-        const CovarianceFit &x = b.heads[l][h], &y = c.heads[l][h];
-        CHECK(x.key_cov == y.key_cov);
-        CHECK(x.value_cov == y.value_cov);
-        CHECK(x.key_eigenvalues == y.key_eigenvalues);
-        CHECK(x.value_eigenvalues == y.value_eigenvalues);
-        CHECK(x.key_eigenvectors == y.key_eigenvectors);
-        CHECK(x.value_eigenvectors == y.value_eigenvectors);
+        using F = CovarianceFit;
+        test::check_same_fields(b.heads[l][h], c.heads[l][h], &F::key_cov, &F::value_cov, &F::key_eigenvalues,
+                                &F::value_eigenvalues, &F::key_eigenvectors, &F::value_eigenvectors);
       }
       const LayerRotations from_file = layer_rotations(resolved("oscar-cov-head", 2), kHd, l, &b);
       const LayerRotations fitted = layer_rotations(resolved("oscar-cov-head", 2), kHd, l, &c);

@@ -17,9 +17,20 @@
 #include "oscar/09_cache/quantized_cache.h"
 #include "oscar/02_model/tokenizers/tokenizer.h"
 #include "oscar/float_formats.h"
+#include "eval_request.h"
 #include "test_data.h"
 
 using namespace oscar;
+
+// stories260K and the first `tokens` tokens of the KJV from line 100.
+struct StoriesPassage {
+  Checkpoint ck = load_checkpoint(test::stories_model());
+  std::vector<int> tokens;
+  explicit StoriesPassage(int n) {
+    const Tokenizer tok = Tokenizer::load(test::stories_tokenizer(), ck.config.vocab_size);
+    tokens = select_passage(test::kjv_text(), read_lines(test::kjv_text()), 100, n, tok).tokens;
+  }
+};
 
 static HeadTensor heads_of(const MatrixRM& m, int rows, int heads, int d) {
   HeadTensor h{heads, rows, d, {}};
@@ -30,10 +41,8 @@ static HeadTensor heads_of(const MatrixRM& m, int rows, int heads, int d) {
 }
 
 TEST_CASE("token-by-token quantized cache equals the simulated policy", "[quantized-cache]") {
-  const Checkpoint ck = load_checkpoint(test::stories_model());
-  const Tokenizer tok = Tokenizer::load(test::stories_tokenizer(), ck.config.vocab_size);
-  const auto lines = read_lines(test::kjv_text());
-  const auto p = select_passage(test::kjv_text(), lines, 100, 300, tok);
+  const StoriesPassage p(300);
+  const Checkpoint& ck = p.ck;
   const Model m(ck);
   const int d = ck.config.head_dim(), H = ck.config.n_kv_heads;
   for (const char* name : {"kivi", "quarot", "oscar-omni", "turboquant", "naive", "oscar-cov"}) {
@@ -72,10 +81,8 @@ TEST_CASE("token-by-token quantized cache equals the simulated policy", "[quanti
 
 TEST_CASE("KIVI's windows over appends: keys flush by 128-token blocks, values keep the newest 128 at every step",
           "[quantized-cache]") {
-  const Checkpoint ck = load_checkpoint(test::stories_model());
-  const Tokenizer tok = Tokenizer::load(test::stories_tokenizer(), ck.config.vocab_size);
-  const auto lines = read_lines(test::kjv_text());
-  const auto p = select_passage(test::kjv_text(), lines, 100, 420, tok);
+  const StoriesPassage p(420);
+  const Checkpoint& ck = p.ck;
   const Model m(ck);
   const int d = ck.config.head_dim(), H = ck.config.n_kv_heads;
   RecipeFile rf = load_preset("kivi");
@@ -109,18 +116,12 @@ TEST_CASE("KIVI's windows over appends: keys flush by 128-token blocks, values k
 }
 
 TEST_CASE("oscar-eval on stories260K: fp16 ~ exact, 2-bit naive far worse than 4-bit", "[quantized-cache][eval]") {
-  EvalRequest req;
-  req.model = test::stories_model();
-  req.tokenizer = test::stories_tokenizer();
-  req.text = test::kjv_text();
-  req.tokens = 160;
-  req.calib_tokens = 160;
+  EvalRequest req = test::stories_request(160);
   req.bits = {2, 4};
   req.recall_distances = {32, 96};
   req.recall_span = 24;
   req.prompt = "Once upon a time";
   req.generate = 12;
-  req.progress = false;
   req.recipes = {load_preset("fp16"), load_preset("naive")};
   RecipeFile cov = load_preset("oscar-cov");
   cov.recipe.key.group = cov.recipe.value.group = 0;

@@ -38,6 +38,16 @@ std::vector<float> dequant(const QuantizedBlock& q) {
 
 std::vector<uint8_t> codes_of(const QuantizedBlock& q) { return q.codes; }
 
+// The block's parameters in its order: scale[i] and zero[i] of entry i.
+void check_params(const QuantizedBlock& q, const std::vector<float>& scale, const std::vector<float>& zero) {
+  REQUIRE(q.params.size() == scale.size());
+  for (size_t i = 0; i < scale.size(); ++i) {
+    INFO("parameters " << i);
+    CHECK(q.params[i].scale == scale[i]);
+    CHECK(q.params[i].zero == zero[i]);
+  }
+}
+
 double sq_error(const std::vector<float>& x, const std::vector<float>& y) {
   double e = 0;
   for (size_t i = 0; i < x.size(); ++i) e += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
@@ -194,12 +204,7 @@ TEST_CASE("per-token and per-channel group layouts on a 4 x 2 block", "[quantize
   const std::vector<float> x{0, 3, 6, 9, 2, 8, 5, 2};
   SECTION("per-token, group 2: params [token][group]") {
     const auto q = quantize_block(x.data(), 4, 2, uniform_spec(2, 2));
-    REQUIRE(q.params.size() == 4);
-    const float scale[] = {1, 1, 2, 1}, zero[] = {0, 6, 2, 2};
-    for (int t = 0; t < 4; ++t) {
-      CHECK(q.params[t].scale == scale[t]);
-      CHECK(q.params[t].zero == zero[t]);
-    }
+    check_params(q, {1, 1, 2, 1}, {0, 6, 2, 2});
     CHECK(codes_of(q) == std::vector<uint8_t>{0, 3, 0, 3, 0, 3, 3, 0});
     CHECK(dequant(q) == x);
   }
@@ -207,13 +212,8 @@ TEST_CASE("per-token and per-channel group layouts on a 4 x 2 block", "[quantize
     TensorQuant s = uniform_spec(2, 2);
     s.axis = QuantAxis::PerChannel;
     const auto q = quantize_block(x.data(), 4, 2, s);
-    REQUIRE(q.params.size() == 4);
     // (tg 0, c 0) {0, 6}; (tg 0, c 1) {3, 9}; (tg 1, c 0) {2, 5}; (tg 1, c 1) {8, 2}
-    const float scale[] = {2, 2, 1, 2}, zero[] = {0, 3, 2, 2};
-    for (int i = 0; i < 4; ++i) {
-      CHECK(q.params[i].scale == scale[i]);
-      CHECK(q.params[i].zero == zero[i]);
-    }
+    check_params(q, {2, 2, 1, 2}, {0, 3, 2, 2});
     CHECK(codes_of(q) == std::vector<uint8_t>{0, 0, 3, 3, 0, 3, 3, 0});
     CHECK(dequant(q) == x);
     CHECK(q.clip_used.size() == 4);

@@ -16,6 +16,7 @@
 #include "oscar/03_dump/layer_source.h"
 #include "oscar/01_core/error.h"
 #include "oscar/06_rotate/rotation.h"
+#include "rotation_reference.h"
 
 using namespace oscar;
 using Catch::Matchers::Contains;
@@ -24,10 +25,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using MatrixRMf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-double orthogonality_error(const Eigen::MatrixXd& R) {
-  return (R.transpose() * R - Eigen::MatrixXd::Identity(R.rows(), R.cols())).cwiseAbs().maxCoeff();
-}
 
 // The normalized Sylvester Hadamard matrix written from its closed form.
 Eigen::MatrixXd sylvester(int d) {
@@ -52,7 +49,7 @@ void check_rotation(const Rotation& r, int d) {
   const Eigen::MatrixXd R = r.matrix();
   REQUIRE(R.rows() == d);
   REQUIRE(R.cols() == d);
-  CHECK(orthogonality_error(R) < 1e-6);
+  CHECK(test::orthogonality_error(R) < 1e-6);
 
   const MatrixRMf x = random_rows(6, d, 11);
   MatrixRMf y = x;
@@ -113,7 +110,7 @@ TEST_CASE("every rotation is orthogonal, invertible and preserves q.k", "[rotati
     for (const char* order : {"U", "UP", "UPH", "UHP", "HUP"}) {
       INFO("order " << order);
       const Eigen::MatrixXd R = covariance_rotation_matrix(U, order);
-      CHECK(orthogonality_error(R) < 1e-6);
+      CHECK(test::orthogonality_error(R) < 1e-6);
       check_rotation(*make_dense_rotation(R, order), d);
     }
   }
@@ -251,7 +248,7 @@ TEST_CASE("covariance rotations fitted on a real dump", "[rotation]") {
       CHECK(C.trace() > 0);
       for (int j = 0; j + 1 < 8; ++j) CHECK(lam(j) >= lam(j + 1));
       CHECK(lam(7) >= -1e-12 * lam(0));  // PSD
-      CHECK(orthogonality_error(U) < 1e-10);
+      CHECK(test::orthogonality_error(U) < 1e-10);
       const Eigen::MatrixXd recon = U * lam.asDiagonal() * U.transpose();
       CHECK((recon - C).cwiseAbs().maxCoeff() < 1e-10 * C.cwiseAbs().maxCoeff());
     }
@@ -261,30 +258,12 @@ TEST_CASE("covariance rotations fitted on a real dump", "[rotation]") {
   const LayerDump L = r.read_layer(0, {"q", "k", "v"});
   const int d = 8, T = 96, nkv = I.n_kv_heads, group = I.n_heads / I.n_kv_heads;
   REQUIRE(group == 2);
-  Eigen::MatrixXd CK = Eigen::MatrixXd::Zero(d, d);
-  for (int h = 0; h < nkv; ++h)
-    for (int g = 0; g < group; ++g) {
-      const float* q = L.q.head(h * group + g);
-      for (int t = 0; t < T; ++t)
-        for (int i = 0; i < d; ++i)
-          for (int j = 0; j < d; ++j) CK(i, j) += double(q[t * d + i]) * q[t * d + j] / (group * T) / nkv;
-    }
+  REQUIRE((L.q.tokens == T && L.q.head_dim == d));
+  // The layer's C_K: the mean of its KV heads'; its C_V: the mean of its KV heads' under that C_K.
+  Eigen::MatrixXd CK = Eigen::MatrixXd::Zero(d, d), CV = Eigen::MatrixXd::Zero(d, d);
+  for (int h = 0; h < nkv; ++h) CK += test::key_cov_of_head(L, h, group) / nkv;
   CHECK((CK - c.key_cov[0]).cwiseAbs().maxCoeff() <= 1e-9 * CK.cwiseAbs().maxCoeff());
-  Eigen::MatrixXd CV = Eigen::MatrixXd::Zero(d, d);
-  for (int h = 0; h < nkv; ++h) {
-    const float* k = L.k.head(h);
-    const float* v = L.v.head(h);
-    std::vector<double> w(T);
-    double mean = 0;
-    for (int t = 0; t < T; ++t) {
-      for (int i = 0; i < d; ++i)
-        for (int j = 0; j < d; ++j) w[t] += double(k[t * d + i]) * CK(i, j) * k[t * d + j];
-      mean += w[t] / T;
-    }
-    for (int t = 0; t < T; ++t)
-      for (int i = 0; i < d; ++i)
-        for (int j = 0; j < d; ++j) CV(i, j) += w[t] / mean * v[t * d + i] * v[t * d + j] / T / nkv;
-  }
+  for (int h = 0; h < nkv; ++h) CV += test::value_cov_of_head(L, h, CK) / nkv;
   CHECK((CV - c.value_cov[0]).cwiseAbs().maxCoeff() <= 1e-9 * CV.cwiseAbs().maxCoeff());
   // Keys and values differ, so the two eigenbases do too.
   CHECK((c.key_eigenvectors[0] - c.value_eigenvectors[0]).cwiseAbs().maxCoeff() > 1e-3);

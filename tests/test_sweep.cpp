@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 
 #include "dump_fixture.h"
 #include "oscar/01_core/error.h"
@@ -17,12 +16,6 @@
 
 using namespace oscar;
 namespace fs = std::filesystem;
-
-static std::string write_config(const std::string& name, const std::string& text) {
-  const std::string p = (test::scratch() / name).string();
-  std::ofstream(p) << text;
-  return p;
-}
 
 // Two real dumps of the same model on different passages (evaluation, calibration).
 static std::string eval_dump() { return test::small_dump("float32", 96); }
@@ -92,46 +85,46 @@ TEST_CASE("presets load and carry their published settings", "[sweep][recipe]") 
 TEST_CASE("bad sweep configs are errors naming the file and line", "[sweep][bad-input]") {
   const std::string head = "output: out\ndumps:\n  - path: " + eval_dump() + "\n";
   SECTION("unknown top-level key") {
-    const auto p = write_config("unknown.yaml", head + "recipes: [kivi]\nquerys: 12\n");
+    const auto p = test::scratch_file("unknown.yaml", head + "recipes: [kivi]\nquerys: 12\n");
     CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("unknown.yaml:5") && Catch::Contains("unknown key 'querys'"));
   }
   SECTION("unknown key inside a recipe override") {
-    const auto p = write_config("unknown2.yaml", head + "recipes:\n  - {preset: kivi, name: k2, key: {bitz: 3}}\n");
+    const auto p = test::scratch_file("unknown2.yaml", head + "recipes:\n  - {preset: kivi, name: k2, key: {bitz: 3}}\n");
     CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("unknown2.yaml:5") && Catch::Contains("unknown key 'bitz'"));
   }
   SECTION("bits out of range") {
-    const auto p = write_config("bits.yaml", head + "recipes: [kivi]\nbits: [2, 9]\n");
+    const auto p = test::scratch_file("bits.yaml", head + "recipes: [kivi]\nbits: [2, 9]\n");
     CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("bits 9 out of range"));
   }
   SECTION("unknown clip mode, zero point or per-tensor window key") {
-    auto p = write_config("clipmode.yaml", head + "recipes:\n  - {preset: kivi, name: k4, clip: {mode: percentile}}\n");
+    auto p = test::scratch_file("clipmode.yaml", head + "recipes:\n  - {preset: kivi, name: k4, clip: {mode: percentile}}\n");
     CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("clipmode.yaml:5") && Catch::Contains("clip mode 'percentile' unknown"));
-    p = write_config("clipkey.yaml", head + "recipes:\n  - {preset: kivi, name: k4, clip: {keys: 0.9}}\n");
+    p = test::scratch_file("clipkey.yaml", head + "recipes:\n  - {preset: kivi, name: k4, clip: {keys: 0.9}}\n");
     CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("clipkey.yaml:5") && Catch::Contains("unknown key 'keys' in clip"));
-    p = write_config("cliprange.yaml", head + "recipes:\n  - {preset: kivi, name: k4, clip: {mode: quantile, key: 1.5}}\n");
+    p = test::scratch_file("cliprange.yaml", head + "recipes:\n  - {preset: kivi, name: k4, clip: {mode: quantile, key: 1.5}}\n");
     CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("cliprange.yaml:5") && Catch::Contains("must be in (0, 1]"));
-    p = write_config("zero.yaml", head + "recipes:\n  - {preset: kivi, name: k4, zero_point: half}\n");
+    p = test::scratch_file("zero.yaml", head + "recipes:\n  - {preset: kivi, name: k4, zero_point: half}\n");
     CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("zero.yaml:5") && Catch::Contains("zero_point 'half' unknown"));
-    p = write_config("win.yaml", head + "recipes:\n  - {preset: kivi, name: k4, windows: {value: {recnt: 3}}}\n");
+    p = test::scratch_file("win.yaml", head + "recipes:\n  - {preset: kivi, name: k4, windows: {value: {recnt: 3}}}\n");
     CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("win.yaml:5") && Catch::Contains("unknown key 'recnt' in windows.value"));
-    p = write_config("winneg.yaml", head + "recipes:\n  - {preset: kivi, name: k4, windows: {key: {sink: -1}}}\n");
+    p = test::scratch_file("winneg.yaml", head + "recipes:\n  - {preset: kivi, name: k4, windows: {key: {sink: -1}}}\n");
     CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("winneg.yaml:5") && Catch::Contains("windows.key sizes must be >= 0"));
   }
   SECTION("bad value") {
-    const auto p = write_config("axis.yaml", head + "recipes:\n  - {preset: kivi, name: k3, key: {axis: diagonal}}\n");
+    const auto p = test::scratch_file("axis.yaml", head + "recipes:\n  - {preset: kivi, name: k3, key: {axis: diagonal}}\n");
     CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("axis.yaml:5") && Catch::Contains("axis 'diagonal' unknown"));
   }
   SECTION("missing file and YAML syntax") {
     CHECK_THROWS_WITH(load_sweep_config("/nonexistent/s.yaml"), Catch::Contains("cannot read the sweep config"));
-    const auto p = write_config("syntax.yaml", "output: [unclosed\n");
+    const auto p = test::scratch_file("syntax.yaml", "output: [unclosed\n");
     CHECK_THROWS_WITH(load_sweep_config(p), Catch::Contains("YAML syntax error"));
   }
   SECTION("calibrated preset without calibration") {
-    const auto p = write_config("nocal.yaml", head + "recipes:\n  - {preset: oscar-cov, key: {group: head_dim}, value: {group: head_dim}}\n");
+    const auto p = test::scratch_file("nocal.yaml", head + "recipes:\n  - {preset: oscar-cov, key: {group: head_dim}, value: {group: head_dim}}\n");
     CHECK_THROWS_WITH(run_sweep(load_sweep_config(p), false), Catch::Contains("needs 'calibration:'"));
   }
   SECTION("group size not dividing head_dim (8)") {
-    const auto p = write_config("group.yaml", head + "recipes: [kivi]\n");
+    const auto p = test::scratch_file("group.yaml", head + "recipes: [kivi]\n");
     CHECK_THROWS_WITH(run_sweep(load_sweep_config(p), false), Catch::Contains("does not divide head_dim 8"));
   }
   SECTION("calibration dump from another model") {
@@ -140,7 +133,7 @@ TEST_CASE("bad sweep configs are errors naming the file and line", "[sweep][bad-
     r.tokens = 64;
     r.progress = false;
     if (!fs::exists(r.out)) dump_passage(r);
-    const auto p = write_config("othermodel.yaml", "output: out\ndumps:\n  - path: " + eval_dump() + "\n    calibration: " + r.out +
+    const auto p = test::scratch_file("othermodel.yaml", "output: out\ndumps:\n  - path: " + eval_dump() + "\n    calibration: " + r.out +
                                                      "\nrecipes:\n  - {preset: oscar-cov, key: {group: head_dim}, value: {group: head_dim}}\n");
     CHECK_THROWS_WITH(run_sweep(load_sweep_config(p), false),
                       Catch::Contains("comes from model kjv-llama-hd128") && Catch::Contains("same model"));
@@ -149,7 +142,7 @@ TEST_CASE("bad sweep configs are errors naming the file and line", "[sweep][bad-
 
 TEST_CASE("a small sweep end to end", "[sweep]") {
   const std::string out = (test::scratch() / "sweep-out").string();
-  const auto p = write_config("small.yaml", "title: small\noutput: " + out + "\nqueries: 32\nbits: [2, 4]\ndumps:\n  - name: s\n    path: " +
+  const auto p = test::scratch_file("small.yaml", "title: small\noutput: " + out + "\nqueries: 32\nbits: [2, 4]\ndumps:\n  - name: s\n    path: " +
                                                 eval_dump() + "\n    calibration: " + calib_dump() +
                                                 "\nrecipes:\n  - fp16\n  - naive\n"
                                                 "  - {preset: oscar-cov, key: {group: head_dim}, value: {group: head_dim}}\n");
@@ -203,7 +196,7 @@ TEST_CASE("no table ranks a row under half quantized", "[sweep][share]") {
   std::string recipes;
   for (const std::string& n : preset_names())
     if (n != "turboquant") recipes += "  - " + n + "\n";
-  const auto p = write_config("share.yaml", "output: " + out + "\nqueries: 32\nbits: [2, 4]\ndumps:\n  - name: s\n    path: " + eval_dump() +
+  const auto p = test::scratch_file("share.yaml", "output: " + out + "\nqueries: 32\nbits: [2, 4]\ndumps:\n  - name: s\n    path: " + eval_dump() +
                                                 "\n    calibration: " + calib_dump() + "\nrecipes:\n" + recipes);
   SweepConfig cfg = load_sweep_config(p);
   for (RecipeFile& rf : cfg.recipes) rf.recipe.key.group = rf.recipe.key.group == 32 ? 8 : rf.recipe.key.group;  // head_dim 8
@@ -231,7 +224,7 @@ TEST_CASE("a sweep runs every width it asks, keeps a recipe's own widths and lab
   CHECK(widths_label(fp16, {16, 16}) == "fp16");
   const std::string head = "output: out\ndumps:\n  - path: " + eval_dump() + "\n";
   SECTION("a recipe's key bits stay; the label says K4V2") {
-    const auto p = write_config("k4.yaml", head + "bits: [2, 4]\nrecipes:\n  - {preset: naive, name: nk4, key: {bits: 4}}\n");
+    const auto p = test::scratch_file("k4.yaml", head + "bits: [2, 4]\nrecipes:\n  - {preset: naive, name: nk4, key: {bits: 4}}\n");
     const SweepConfig c = load_sweep_config(p);
     REQUIRE(c.recipes.size() == 1);
     CHECK(c.recipes[0].key_bits_fixed);
@@ -245,27 +238,27 @@ TEST_CASE("a sweep runs every width it asks, keeps a recipe's own widths and lab
     CHECK(resolve_recipe(c.recipes[0], ws[1], 8).name == "nk4@4");
   }
   SECTION("the entry's own bits win over the config's") {
-    const auto p = write_config("own.yaml", head + "bits: [2]\nrecipes:\n  - naive\n  - {preset: quarot, bits: [3, 8]}\n");
+    const auto p = test::scratch_file("own.yaml", head + "bits: [2]\nrecipes:\n  - naive\n  - {preset: quarot, bits: [3, 8]}\n");
     const SweepConfig c = load_sweep_config(p);
     CHECK(c.recipes[0].bits == std::vector<int>{2});
     CHECK(c.recipes[1].bits == std::vector<int>{3, 8});
   }
   SECTION("a width a recipe cannot take stops the run before any work, naming both") {
-    const auto p = write_config("tq8.yaml", head + "bits: [2, 8]\nrecipes: [naive, turboquant]\n");
+    const auto p = test::scratch_file("tq8.yaml", head + "bits: [2, 8]\nrecipes: [naive, turboquant]\n");
     CHECK_THROWS_WITH(run_sweep(load_sweep_config(p), false),
                       Catch::Contains("tq8.yaml") && Catch::Contains("recipe 'turboquant@8' cannot run with 8-bit keys") &&
                           Catch::Contains("LloydMax"));
   }
   SECTION("bits that are not integers, none, or repeated are errors naming the line") {
-    CHECK_THROWS_WITH(load_sweep_config(write_config("two.yaml", head + "recipes: [naive]\nbits: two\n")),
+    CHECK_THROWS_WITH(load_sweep_config(test::scratch_file("two.yaml", head + "recipes: [naive]\nbits: two\n")),
                       Catch::Contains("two.yaml:5: bad value 'two' for 'bits'"));
-    CHECK_THROWS_WITH(load_sweep_config(write_config("half.yaml", head + "recipes: [naive]\nbits: [2, 2.5]\n")),
+    CHECK_THROWS_WITH(load_sweep_config(test::scratch_file("half.yaml", head + "recipes: [naive]\nbits: [2, 2.5]\n")),
                       Catch::Contains("half.yaml:5: bad value '2.5' for 'bits'"));
-    CHECK_THROWS_WITH(load_sweep_config(write_config("none.yaml", head + "recipes: [naive]\nbits: []\n")),
+    CHECK_THROWS_WITH(load_sweep_config(test::scratch_file("none.yaml", head + "recipes: [naive]\nbits: []\n")),
                       Catch::Contains("none.yaml:5") && Catch::Contains("asks for no width"));
-    CHECK_THROWS_WITH(load_sweep_config(write_config("rep.yaml", head + "recipes: [naive]\nbits: [3, 3]\n")),
+    CHECK_THROWS_WITH(load_sweep_config(test::scratch_file("rep.yaml", head + "recipes: [naive]\nbits: [3, 3]\n")),
                       Catch::Contains("bits 3 is listed twice"));
-    CHECK_THROWS_WITH(load_sweep_config(write_config("kb.yaml", head + "recipes:\n  - {preset: naive, name: x, key: {bits: 12}}\n")),
+    CHECK_THROWS_WITH(load_sweep_config(test::scratch_file("kb.yaml", head + "recipes:\n  - {preset: naive, name: x, key: {bits: 12}}\n")),
                       Catch::Contains("kb.yaml:5") && Catch::Contains("key bits 12 out of range"));
   }
 }
@@ -276,14 +269,14 @@ TEST_CASE("dumps with one file name get labels that tell them apart", "[sweep][n
   fs::create_directories(b);
   fs::copy_file(eval_dump(), a / "p.h5", fs::copy_options::overwrite_existing);
   fs::copy_file(calib_dump(), b / "p.h5", fs::copy_options::overwrite_existing);
-  const auto p = write_config("dup.yaml", "output: out\nrecipes: [naive]\ndumps:\n  - path: dupA/p.h5\n  - path: dupB/p.h5\n  - path: " +
+  const auto p = test::scratch_file("dup.yaml", "output: out\nrecipes: [naive]\ndumps:\n  - path: dupA/p.h5\n  - path: dupB/p.h5\n  - path: " +
                                               eval_dump() + "\n");
   const SweepConfig c = load_sweep_config(p);
   REQUIRE(c.dumps.size() == 3);
   CHECK(c.dumps[0].name == "dupA/p.h5");
   CHECK(c.dumps[1].name == "dupB/p.h5");
   CHECK(c.dumps[2].name == fs::path(eval_dump()).stem().string());
-  const auto q = write_config("dup2.yaml", "output: out\nrecipes: [naive]\ndumps:\n  - {name: x, path: dupA/p.h5}\n  - {name: x, path: dupB/p.h5}\n");
+  const auto q = test::scratch_file("dup2.yaml", "output: out\nrecipes: [naive]\ndumps:\n  - {name: x, path: dupA/p.h5}\n  - {name: x, path: dupB/p.h5}\n");
   CHECK_THROWS_WITH(load_sweep_config(q), Catch::Contains("dup2.yaml:5: two dumps are named 'x'"));
 }
 
@@ -293,7 +286,7 @@ TEST_CASE("the summary states the queries evaluated and renders undefined values
   CHECK(metric_text(0.5, "{:.4f}", true) == "0.5000");
   CHECK(widths_text(4, 2) == "K4V2");
   CHECK(widths_text(3, 3) == "3");
-  const auto p = write_config("q.yaml", "output: out\nqueries: 5000\nbits: [2]\nrecipes: [naive]\ndumps:\n  - {name: s, path: " + eval_dump() + "}\n");
+  const auto p = test::scratch_file("q.yaml", "output: out\nqueries: 5000\nbits: [2]\nrecipes: [naive]\ndumps:\n  - {name: s, path: " + eval_dump() + "}\n");
   const SweepConfig cfg = load_sweep_config(p);
   const SweepResult r = run_sweep(cfg, false);
   REQUIRE(r.summary.size() == 1);

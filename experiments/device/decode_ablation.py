@@ -28,7 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "kernels" / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import oscar_kv  # noqa: E402
-from bench_decode_graph import HEADS, cov_read_bytes, omni_read_bytes  # noqa: E402
+from bench_decode_graph import HEADS, cov_read_bytes, decode_inputs, omni_read_bytes  # noqa: E402
 from oscar_kv.timing import copy_tbps, graph_us, per_call_us  # noqa: E402
 
 
@@ -56,12 +56,7 @@ def main():
         D, B, L = (int(x) for x in shape.split(":"))
         hq, hkv = HEADS[D]
         nrot = max(1, min(16, math.ceil(256e6 / (B * hkv * L * D * 4))))
-        ks = [torch.randn(B, hkv, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(nrot)]
-        vs = [torch.randn(B, hkv, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(nrot)]
-        q = torch.randn(B, hq, 1, D, device="cuda", dtype=torch.bfloat16)
-        lens = torch.full((B,), L, dtype=torch.int32, device="cuda")
-        out = torch.empty(B, hq, D, dtype=torch.float32, device="cuda")
-        scale = 1.0 / math.sqrt(D)
+        ks, vs, q, lens, out, scale = decode_inputs(B, hq, hkv, L, D, nrot)
         stream = lambda: torch.cuda.current_stream().cuda_stream  # noqa: E731  (a graph captures on a side stream)
         best = None
         for be in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):

@@ -9,23 +9,18 @@
 #   hd64 at batch 32, hd256 at batch 8, 32K), per token per KV head, into RESULTS_DIR/ncu.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
+. "$here/variant_lib.sh"
 variants="all:|base:-DOSCAR_LEVER_LOP3=0 -DOSCAR_LEVER_EX2=0 -DOSCAR_LEVER_SCORE=0 -DOSCAR_LEVER_LAZY=0|lop3:-DOSCAR_LEVER_EX2=0 -DOSCAR_LEVER_SCORE=0 -DOSCAR_LEVER_LAZY=0|ex2:-DOSCAR_LEVER_LOP3=0 -DOSCAR_LEVER_SCORE=0 -DOSCAR_LEVER_LAZY=0|score:-DOSCAR_LEVER_LOP3=0 -DOSCAR_LEVER_EX2=0 -DOSCAR_LEVER_LAZY=0|lazy:-DOSCAR_LEVER_LOP3=0 -DOSCAR_LEVER_EX2=0 -DOSCAR_LEVER_SCORE=0"
 case "$1" in
 build)
   build=$(cd "$2" && pwd); out=$3; mkdir -p "$out"
-  nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
-  mapfile -t objs < <(find "$build/kernels/CMakeFiles/oscar_kernels.dir" -name '*.cu.o' ! -name 'cov_decode.cu.o')
   cuobjdump=$(command -v cuobjdump || true)
   : > "$out/sass.md"
   IFS='|'; for v in $variants; do
     name=${v%%:*}; flags=${v#*:}
     IFS=' ' read -r -a fl <<< "$flags"
-    "$nvcc" -O3 -DNDEBUG --generate-code=arch=compute_90a,code=[compute_90a,sm_90a] -Xcompiler=-fPIC --expt-relaxed-constexpr -std=c++17 \
-      -Xptxas -v "${fl[@]}" -I"$root/kernels/include" -I"$root/kernels/src" -c "$root/kernels/src/cov/cov_decode.cu" -o "$out/cov_decode_$name.o" \
-      2> "$out/ptxas_$name.log"
-    "$nvcc" -shared -o "$out/liboscar_kernels_$name.so" "${objs[@]}" "$out/cov_decode_$name.o" -lcudart
-    regs=$(grep -E 'Compiling entry|Used' "$out/ptxas_$name.log" | paste - - | grep decode_kernel \
-      | sed -E 's/.*decode_kernelILi([0-9]+)ELi([0-9])E.*Used ([0-9]+) registers.*/hd\1 INT\2: \3/' | tr '\n' ';')
+    build_variant "$build" "$out" "$name" "$root/kernels" cov "${fl[@]}"
+    regs=$(variant_registers "$out" "$name")
     echo "### $name (${flags:-all levers on}); registers: $regs" >> "$out/sass.md"
     [ -n "$cuobjdump" ] && python3 "$root/experiments/diagnostics/sass_loop.py" "$out/cov_decode_$name.o" --cuobjdump "$cuobjdump" >> "$out/sass.md"
     echo "decode_ablation: built $name"

@@ -34,24 +34,14 @@ def decode(lib, kind, k, v, q, L, bits):
     ws_bytes = lib.decode_workspace_bytes(B, hq, hkv, D, L, 1)
     ws = torch.empty(ws_bytes // 4 + 4, dtype=torch.float32, device="cuda")
     scale = D ** -0.5
-    if kind == "cov":
-        c = lib.cov_cache_create(B, hkv, D, bits, L)
-        try:
-            lib.call("oscar_cov_prefill", C.byref(c), None, k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, None)
-            lib.call("oscar_cov_decode", C.byref(c), None, q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(),
-                     ws_bytes, None)
-            torch.cuda.synchronize()
-        finally:
-            lib.cov_cache_destroy(c)
-    else:
-        c = lib.omni_cache_create(B, hkv, D, bits, L)
-        try:
-            lib.call("oscar_omni_prefill", C.byref(c), None, k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, None)
-            lib.call("oscar_omni_decode", C.byref(c), None, q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(),
-                     ws_bytes, None)
-            torch.cuda.synchronize()
-        finally:
-            lib.omni_cache_destroy(c)
+    c = getattr(lib, f"{kind}_cache_create")(B, hkv, D, bits, L)  # kind: cov or omni
+    try:
+        lib.call(f"oscar_{kind}_prefill", C.byref(c), None, k.data_ptr(), v.data_ptr(), lens.data_ptr(), L, None)
+        lib.call(f"oscar_{kind}_decode", C.byref(c), None, q.data_ptr(), hq, lens.data_ptr(), L, scale, out.data_ptr(), ws.data_ptr(),
+                 ws_bytes, None)
+        torch.cuda.synchronize()
+    finally:
+        getattr(lib, f"{kind}_cache_destroy")(c)
     del ws
     return out
 

@@ -9,7 +9,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 build=$(cd "$1" && pwd); out=$2; shift 2
 mkdir -p "$out"; out=$(cd "$out" && pwd)
-nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+. "$here/variant_lib.sh"
 cuobjdump=$(command -v cuobjdump || true)
 : > "$out/sass.md"
 for spec in "$@"; do
@@ -21,13 +21,8 @@ for spec in "$@"; do
     git -C "$root" archive "$rev" kernels | tar -x -C "$src"; src=$src/kernels
   fi
   IFS=, read -r -a fl <<< "${flags:-}"
-  mapfile -t objs < <(find "$build/kernels/CMakeFiles/oscar_kernels.dir" -name '*.cu.o' ! -name "${unit}_decode.cu.o")
-  "$nvcc" -O3 -DNDEBUG --generate-code=arch=compute_90a,code=[compute_90a,sm_90a] -Xcompiler=-fPIC --expt-relaxed-constexpr -std=c++17 \
-    -Xptxas -v "${fl[@]}" -I"$src/include" -I"$src/src" -c "$src/src/$unit/${unit}_decode.cu" -o "$out/${unit}_decode_$name.o" \
-    2> "$out/ptxas_$name.log"
-  "$nvcc" -shared -o "$out/liboscar_kernels_$name.so" "${objs[@]}" "$out/${unit}_decode_$name.o" -lcudart
-  regs=$(grep -E 'Compiling entry|Used' "$out/ptxas_$name.log" | paste - - | grep decode_kernel \
-    | sed -E 's/.*decode_kernelILi([0-9]+)ELi([0-9])E.*Used ([0-9]+) registers.*/hd\1 INT\2: \3/' | tr '\n' ';')
+  build_variant "$build" "$out" "$name" "$src" "$unit" "${fl[@]}"
+  regs=$(variant_registers "$out" "$name")
   echo "### $name ($unit ${flags:-default}${rev:+ at $rev}); registers: $regs" >> "$out/sass.md"
   kern=$([ "$unit" = omni ] && echo omni_decode_kernel || echo decode_kernel)
   [ -n "$cuobjdump" ] && python3 "$root/experiments/diagnostics/sass_loop.py" "$out/${unit}_decode_$name.o" --cuobjdump "$cuobjdump" \

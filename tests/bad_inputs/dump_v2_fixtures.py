@@ -12,22 +12,13 @@ dump of stories260K: 5 layers, 8 query heads over 4 KV heads, head_dim 8; fixtur
   v2_nopre.h5     a valid v2 dump without pre-RoPE tensors (has_pre_rope = 0, no q_pre/k_pre anywhere) whose
                   layers record a sliding window of 64, a soft-cap of 30 and sink logits
 """
-import os
-import shutil
 import sys
 
-import h5py
 import numpy as np
 
+from h5_variant import variant
+
 fix = sys.argv[1]
-src = os.path.join(fix, "rev.h5")
-
-
-def variant(name, edit):
-    path = os.path.join(fix, name)
-    shutil.copyfile(src, path)
-    with h5py.File(path, "r+") as f:
-        edit(f)
 
 
 def noattr(f):
@@ -74,12 +65,12 @@ def nopre(f):
         f[g].create_dataset("sinks", data=np.linspace(-1, 1, n).astype(np.float32))
 
 
-variant("v2_noattr.h5", noattr)
-variant("v2_scaling.h5", scaling)
-variant("v2_conv.h5", conv)
-variant("v2_rotodd.h5", rotodd)
-variant("v2_sinks.h5", sinks)
-variant("v2_version3.h5", version3)
-variant("v2_json.h5", badjson)
-variant("v2_noqpre.h5", noqpre)
-variant("v2_nopre.h5", nopre)
+variant(fix, "v2_noattr.h5", "rev.h5", noattr)
+variant(fix, "v2_scaling.h5", "rev.h5", scaling)
+variant(fix, "v2_conv.h5", "rev.h5", conv)
+variant(fix, "v2_rotodd.h5", "rev.h5", rotodd)
+variant(fix, "v2_sinks.h5", "rev.h5", sinks)
+variant(fix, "v2_version3.h5", "rev.h5", version3)
+variant(fix, "v2_json.h5", "rev.h5", badjson)
+variant(fix, "v2_noqpre.h5", "rev.h5", noqpre)
+variant(fix, "v2_nopre.h5", "rev.h5", nopre)

@@ -10,22 +10,14 @@ float32 dump of stories260K, 5 layers, 256 tokens; fixtures.sh makes it) and the
   garbage.txt     bytes that are not UTF-8 after 200 lines of text
 """
 import os
-import shutil
 import struct
 import sys
 
-import h5py
 import numpy as np
 
+from h5_variant import variant
+
 fix, data = sys.argv[1], sys.argv[2]
-src = os.path.join(fix, "rev.h5")
-
-
-def variant(name, edit):
-    path = os.path.join(fix, name)
-    shutil.copyfile(src, path)
-    with h5py.File(path, "r+") as f:
-        edit(f)
 
 
 def zero_layer(f):
@@ -58,11 +50,11 @@ def all_zero(f):
             d[...] = np.zeros(d.shape, d.dtype)
 
 
-variant("zero_layer.h5", zero_layer)
-variant("all_zero.h5", all_zero)
-variant("nan_qpre.h5", nan_qpre)
-variant("nlayers.h5", nlayers)
-variant("big.h5", big)
+variant(fix, "zero_layer.h5", "rev.h5", zero_layer)
+variant(fix, "all_zero.h5", "rev.h5", all_zero)
+variant(fix, "nan_qpre.h5", "rev.h5", nan_qpre)
+variant(fix, "nlayers.h5", "rev.h5", nlayers)
+variant(fix, "big.h5", "rev.h5", big)
 
 # A tokenizer of the same vocabulary size whose merged pieces (after <unk>, <s>, </s> and the 256 byte
 # tokens) are reversed in order, scores kept in place: loads fine, encodes text into the wrong ids.

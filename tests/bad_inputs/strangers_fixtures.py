@@ -17,21 +17,15 @@ FIX/rev.h5 and FIX/gen.h5 (real v2 dumps of stories260K, fixtures.sh makes them)
   bos_range.gguf  tiny_hd16.gguf with bos_token_id = 100000, past its vocabulary
 """
 import os
-import shutil
 import struct
 import sys
 
 import h5py
 import numpy as np
 
+from h5_variant import variant
+
 fix = sys.argv[1]
-
-
-def variant(name, src, edit):
-    path = os.path.join(fix, name)
-    shutil.copyfile(os.path.join(fix, src), path)
-    with h5py.File(path, "r+") as f:
-        edit(f)
 
 
 def str_array(f):
@@ -59,11 +53,11 @@ def soft_link(f):
     f["token_ids"] = h5py.SoftLink("/layer_000/k")
 
 
-variant("str_array.h5", "rev.h5", str_array)
-variant("str_null.h5", "rev.h5", str_null)
-variant("big_heads.h5", "rev.h5", big_heads)
-variant("ext_link.h5", "rev.h5", ext_link)
-variant("soft_link.h5", "rev.h5", soft_link)
+variant(fix, "str_array.h5", "rev.h5", str_array)
+variant(fix, "str_null.h5", "rev.h5", str_null)
+variant(fix, "big_heads.h5", "rev.h5", big_heads)
+variant(fix, "ext_link.h5", "rev.h5", ext_link)
+variant(fix, "soft_link.h5", "rev.h5", soft_link)
 
 
 def bad_utf8(f):
@@ -71,7 +65,7 @@ def bad_utf8(f):
     f.attrs.create("model_name", np.array(b"caf\xe9 \x1b[31mred", dtype=h5py.string_dtype("ascii", 16)))
 
 
-variant("bad_utf8.h5", "rev.h5", bad_utf8)
+variant(fix, "bad_utf8.h5", "rev.h5", bad_utf8)
 
 # ---- a llama2.c toy model with a 32-token vocabulary: dim 8, 1 layer, 2 heads, seq_len 32 (run.c's layout)
 dim, hidden, layers, heads, kv, vocab, seq = 8, 16, 1, 2, 2, 32, 32
