@@ -1,4 +1,4 @@
-// oscar-tasks: writes long-context retrieval tasks (lib 09_eval/long_tasks.h: passkey, single needle, multi-key,
+// oscar-tasks: writes long-context retrieval tasks (lib 11_eval/long_tasks.h: passkey, single needle, multi-key,
 // variable tracking) fitted to token lengths of a model's tokenizer, as JSONL any tool can run.
 
 #include "app_main.h"

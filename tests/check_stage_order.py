@@ -4,15 +4,18 @@
 lib/include/oscar/NN_name/ and lib/src/NN_name/ hold stage NN. A file of stage NN may include the headers of its own
 stage and of lower-numbered stages only (stage order: README, Internals). Prints every include that reaches a higher
 stage, every stage folder whose name does not follow NN_name, and every file of kernels/ that includes a header of
-lib/ (the kernel library stands below the analysis library), then exits 1 when there is any; else prints the stage
-table with the number of files and includes per stage, and exits 0.
+lib/ (the kernel library stands below the analysis library), and every stage file named in a tracked text file
+(`NN_name/file.h` or `.cpp` in a comment, a script or a document) that exists in no stage, then exits 1 when there is
+any; else prints the stage table with the number of files and includes per stage, and exits 0.
 """
 import os
 import re
+import subprocess
 import sys
 
 STAGE = re.compile(r"^(\d\d)_[a-z][a-z0-9_]*$")
 INCLUDE = re.compile(r'^\s*#\s*include\s*"oscar/(\d\d)_[a-z0-9_]+/[^"]+"', re.M)
+NAMED = re.compile(r"(?<![\w/])(\d\d_[a-z][a-z0-9_]*/[\w/]+\.(?:h|cpp))\b")
 
 
 def stage_of(path, lib):
@@ -23,6 +26,23 @@ def stage_of(path, lib):
         return None, None
     m = STAGE.match(top)
     return (int(m.group(1)) if m else -1), top
+
+
+def stale_names(src, lib):
+    """Every `NN_name/....h|.cpp` a tracked text file names that is neither under lib/src nor lib/include/oscar."""
+    out = subprocess.run(["git", "-C", src, "ls-files", "-z"], capture_output=True, check=False)
+    found = []
+    for rel in (p for p in out.stdout.decode().split("\0") if p):
+        try:
+            text = open(os.path.join(src, rel), encoding="utf-8").read()
+        except (UnicodeDecodeError, OSError):
+            continue
+        for m in NAMED.finditer(text):
+            name = m.group(1)
+            if not any(os.path.exists(os.path.join(lib, base, name)) for base in ("src", "include/oscar")):
+                line = text.count("\n", 0, m.start()) + 1
+                found.append(f"{rel}:{line}: names {name}, which no stage of lib/ holds")
+    return found
 
 
 def main():
@@ -58,9 +78,10 @@ def main():
                 for m in INCLUDE.finditer(text):
                     line = text.count("\n", 0, m.start()) + 1
                     bad.append(f"{os.path.relpath(path, src)}:{line}: kernels/ includes the analysis library: {m.group(0).strip()}")
+    bad += stale_names(src, lib)
     if bad:
         print("\n".join(bad))
-        print(f"check_stage_order: {len(bad)} include(s) against the stage order of lib/ (a stage includes only lower stages)")
+        print(f"check_stage_order: {len(bad)} finding(s): includes against the stage order of lib/ (a stage includes only lower stages), or stage files named that do not exist")
         return 1
     if not counts:
         print(f"check_stage_order: no stage folders under {lib}")

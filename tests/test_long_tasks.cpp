@@ -1,4 +1,4 @@
-// test_long_tasks.cpp: the long-context task generator (lib 09_eval/long_tasks.h) with the bundled stories260K
+// test_long_tasks.cpp: the long-context task generator (lib 11_eval/long_tasks.h) with the bundled stories260K
 // tokenizer counting tokens: every prompt fits its length and fills it (one more haystack unit would not fit), the
 // needle sits at its depth, the answers are in the prompt exactly where the needle put them, a seed gives the same
 // tasks and another seed other ones, JSONL round-trips, the score is RULER's string match, bad specs are refused.
