@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # pack.sh BUILD_DIR OUT_DIR: gathers the built tools, test binaries and the shared libraries they need
 # (all but glibc's) into OUT_DIR, for running on a GPU machine that has the CUDA driver but not the
-# project's Debian -dev packages; also packed as OUT_DIR.tar.xz (carry that). Build with -DOSCAR_NATIVE=OFF so the host code runs on any x86-64.
+# project's Debian -dev packages; also packed as OUT_DIR.tar.xz (carry that). The default build's host code (x86-64-v3) runs on the device machines.
 # PACK_ONLY="gpu_test_ops gpu_test_eval" packs only those binaries (the carry limit leaves ~20 MB beside the tree).
 set -euo pipefail
 build=$1; out=$2

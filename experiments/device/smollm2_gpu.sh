@@ -6,7 +6,7 @@
 # Run every subcommand from the repository root.
 #
 # On the build machine (PREFIX e.g. /work/main/build-smollm2-: folders PREFIX0 .. PREFIX4, git-ignored):
-#   bash experiments/device/pack.sh BUILD /tmp/pb/dev          # gpu_test_ops, oscar-eval (-DOSCAR_NATIVE=OFF)
+#   bash experiments/device/pack.sh BUILD /tmp/pb/dev          # gpu_test_ops, oscar-eval
 #   bash experiments/device/make_smollm2_real_dump.sh /tmp/smollm2_real.h5
 #   bash experiments/device/smollm2_gpu.sh split PREFIX /tmp/pb/dev.tar.xz /tmp/smollm2_real.h5
 # then one device call per folder, back to back (the machine goes back 30 s after a call), carry [PREFIXk]:

@@ -7,7 +7,7 @@
 # the sha256 values of data/fetch_smollm2.sh and data/fetch_gemma3.sh. Run every subcommand from the repository root.
 #
 # Here (PREFIX e.g. /work/main/carry-tasks-: folders PREFIX0 .. PREFIXn, git-ignored):
-#   cmake -S . -B /tmp/build-dev -DOSCAR_NATIVE=OFF && cmake --build /tmp/build-dev --target oscar-tasks oscar-dump \
+#   cmake -S . -B /tmp/build-dev && cmake --build /tmp/build-dev --target oscar-tasks oscar-dump \
 #       oscar-rotate oscar-eval oscar_kernels
 #   PACK_ONLY="oscar-tasks oscar-dump oscar-rotate oscar-eval" bash experiments/device/pack.sh /tmp/build-dev /tmp/pt/dev
 #   bash experiments/device/tasks_gpu.sh split PREFIX /tmp/pt/dev.tar.xz

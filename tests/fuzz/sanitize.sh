@@ -35,7 +35,7 @@ export LSAN_OPTIONS=suppressions=$src/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 fails=0
 t0=$(date +%s)
-ctest --test-dir "$build" --output-on-failure -LE "$exclude" || fails=$((fails + 1))
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)" -LE "$exclude" || fails=$((fails + 1))
 echo "sanitize: Catch2 entries in $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
 python3 "$root/tests/bad_inputs/run_table.py" "$build" "$root" "$root"/tests/bad_inputs/*.tsv > "$build/bad_inputs.log" 2>&1 \
