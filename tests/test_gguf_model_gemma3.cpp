@@ -5,7 +5,8 @@
 // their sha256 checked) within 0.01 nats, the loss without the sliding window (which shows the window is applied),
 // the first 11 greedy ids of "The capital of France is" exactly (a near-tie follows), and the attention-sink
 // statistics of the global layers within 0.01. Prints the timings. When the file is absent the test prints
-// "SKIPPED: Gemma 3 ..." and CTest reports it as skipped.
+// "SKIPPED: Gemma 3 ..." and CTest reports it as skipped. The loss, sink and passkey cases (minutes on 2 cores) are
+// [slow]: the full suite runs them, the quick and the sanitized suites leave them out.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -84,7 +85,7 @@ TEST_CASE("Gemma 3 GGUF: config from the file and the architecture table", "[ggu
   CHECK(gemma3().model().facts().block().post_norms());
 }
 
-TEST_CASE("Gemma 3 GGUF: Revelation losses, with and without the sliding window", "[gguf][model][real]") {
+TEST_CASE("Gemma 3 GGUF: Revelation losses, with and without the sliding window", "[gguf][model][real][slow]") {
   if (!test::present(test::gemma3_model())) return;
   const double loss = check_losses("Revelation", 30698, kRevelationSha, 1.8289, 2.0432);
   // The README's 2048-token loss to five places, 2.04319, against 2.04330 / 2.04305 with a window of 511 / 513: the
@@ -103,7 +104,7 @@ TEST_CASE("Gemma 3 GGUF: Revelation losses, with and without the sliding window"
   CHECK(std::abs(no_window - 4.7402) < 0.01);
 }
 
-TEST_CASE("Gemma 3 GGUF: Genesis losses", "[gguf][model][real]") {
+TEST_CASE("Gemma 3 GGUF: Genesis losses", "[gguf][model][real][slow]") {
   if (!test::present(test::gemma3_model())) return;
   check_losses("Genesis", 0, "ff4367f72af8c9b5341b5e4c22c8cae71c4c951e6784436c8cffa78590a88462", 0.6362, 0.9051);
 }
@@ -121,7 +122,7 @@ TEST_CASE("Gemma 3 GGUF: greedy continuation of 'The capital of France is'", "[g
   CHECK(std::vector<int>(got.begin(), got.begin() + 11) == expect);
 }
 
-TEST_CASE("Gemma 3 GGUF: attention sinks of the global layers", "[gguf][model][real]") {
+TEST_CASE("Gemma 3 GGUF: attention sinks of the global layers", "[gguf][model][real][slow]") {
   if (!test::present(test::gemma3_model())) return;
   const Model& m = gemma3().model();
   PassageOrigin origin;
@@ -155,7 +156,7 @@ TEST_CASE("Gemma 3 GGUF: attention sinks of the global layers", "[gguf][model][r
   }
 }
 
-TEST_CASE("Gemma 3 GGUF: passkeys at 1K in full precision", "[gguf][model][real]") {
+TEST_CASE("Gemma 3 GGUF: passkeys at 1K in full precision", "[gguf][model][real][slow]") {
   if (!test::present(test::gemma3_model())) return;
   // The README's fact: KIVI's passkey prompt at 1K, greedy, full precision, 5 samples at each of the depths 0.1 / 0.5 /
   // 0.9: 5 / 5 / 5. This project's generator (oscar-tasks) writes its own keys and haystacks in KIVI's layout, so the

@@ -4,7 +4,8 @@
 // next-token losses of the Revelation and Genesis passages within 0.01 nats. The passages' token ids
 // are tests/fixtures/smollm2_*_ids.bin (written by make_smollm2_ids.py with HF tokenizers; their
 // sha256s are checked here against the README's). Prints the forward and decode timings. When the file
-// is absent the test prints "SKIPPED: SmolLM2 ..." and CTest reports it as skipped.
+// is absent the test prints "SKIPPED: SmolLM2 ..." and CTest reports it as skipped. The loss cases (2048-token
+// passages) are [slow]: the full suite runs them, the quick and the sanitized suites leave them out.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -96,12 +97,12 @@ TEST_CASE("SmolLM2 GGUF: greedy continuation of 'The capital of France is'", "[g
   CHECK(generate_greedy(smollm2().model(), prompt, 24) == expect);
 }
 
-TEST_CASE("SmolLM2 GGUF: Revelation losses", "[gguf][model][real]") {
+TEST_CASE("SmolLM2 GGUF: Revelation losses", "[gguf][model][real][slow]") {
   if (!test::present(test::smollm2_model())) return;
   check_passage("revelation", "c470784bac4d48fc1f7ae582de8f7c7f890021a75ee477129ed910d86cb1a0a3", 2.805, 2.7413);
 }
 
-TEST_CASE("SmolLM2 GGUF: Genesis losses", "[gguf][model][real]") {
+TEST_CASE("SmolLM2 GGUF: Genesis losses", "[gguf][model][real][slow]") {
   if (!test::present(test::smollm2_model())) return;
   check_passage("genesis", "0faeb170687fa97eb9c7ba77c5c4b2d749d981feb920fa4b04fa148c756eca31", 1.2679, 1.5498);
 }
