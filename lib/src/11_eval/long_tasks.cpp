@@ -340,15 +340,33 @@ std::vector<TaskSample> read_tasks_jsonl(const std::filesystem::path& path) {
   return out;
 }
 
+namespace {
+
+std::string lowered(std::string_view x) {
+  std::string t(x);
+  for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return t;
+}
+
+bool word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }
+
+// Whether `value` occurs in `text` as a whole value: no letter or digit right before or after it, so that the key
+// 22855 is not found in "228555" nor "x22855".
+bool holds_whole(const std::string& text, const std::string& value) {
+  if (value.empty()) return false;
+  for (size_t pos = text.find(value); pos != std::string::npos; pos = text.find(value, pos + 1)) {
+    const size_t end = pos + value.size();
+    if ((pos == 0 || !word_char(text[pos - 1])) && (end == text.size() || !word_char(text[end]))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 double score_answer(const TaskSample& s, std::string_view generated) {
-  auto lower = [](std::string_view x) {
-    std::string t(x);
-    for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return t;
-  };
-  const std::string g = lower(generated);
+  const std::string g = lowered(generated);
   int found = 0;
-  for (const std::string& a : s.answers) found += g.find(lower(a)) != std::string::npos ? 1 : 0;
+  for (const std::string& a : s.answers) found += holds_whole(g, lowered(a)) ? 1 : 0;
   return s.answers.empty() ? 0.0 : static_cast<double>(found) / static_cast<double>(s.answers.size());
 }
 

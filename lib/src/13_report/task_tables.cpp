@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "oscar/13_report/table_text.h"
 
@@ -21,6 +23,35 @@ std::string cell_text(const TaskCell& c) {
                      percent(c.ci.hi), c.score, c.n);
 }
 
+std::string length_label(int len) { return len >= 1024 && len % 1024 == 0 ? fmt::format("{}K", len / 1024) : std::to_string(len); }
+
+std::string plural(size_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
+
+bool overlap(const TaskCell& a, const TaskCell& b) { return a.ci.lo <= b.ci.hi && b.ci.lo <= a.ci.hi; }
+
+// One sentence per length where some recipe's interval overlaps the highest-scoring recipe's: these samples cannot
+// rank those recipes.
+std::string overlap_note(const TaskResults& r, const std::string& task) {
+  std::string out;
+  for (int len : r.lengths) {
+    const TaskCell* best = nullptr;
+    for (const std::string& recipe : r.recipes) {
+      const TaskCell& c = r.cell(recipe, task, len);
+      if (c.n > 0 && (!best || c.accuracy() > best->accuracy())) best = &c;
+    }
+    std::vector<std::string> tied;
+    for (const std::string& recipe : r.recipes) {
+      const TaskCell& c = r.cell(recipe, task, len);
+      if (best && &c != best && c.n > 0 && overlap(c, *best)) tied.push_back(recipe);
+    }
+    if (!tied.empty())
+      out += fmt::format("At {} the 95% intervals of {} overlap that of {}, the highest there: these samples cannot rank "
+                         "them (more samples narrow the intervals).\n",
+                         length_label(len), fmt::join(tied, ", "), best->recipe);
+  }
+  return out.empty() ? out : out + "\n";
+}
+
 }  // namespace
 
 std::string tasks_markdown(const TaskResults& r, const std::string& model_name) {
@@ -29,15 +60,16 @@ std::string tasks_markdown(const TaskResults& r, const std::string& model_name) 
     if (o.recipe == r.recipes.front()) ++per_cell[o.task + "/" + std::to_string(o.length)];
   const int n_min = per_cell.empty() ? 0 : std::min_element(per_cell.begin(), per_cell.end(), [](auto& a, auto& b) { return a.second < b.second; })->second;
   std::string md = fmt::format(
-      "**{}**, long-context tasks of {} ({} samples; the context prefilled and stored in the recipe's cache, the question read "
+      "**{}**, long-context tasks of {} ({}; the context prefilled and stored in the recipe's cache, the question read "
       "and the answer generated greedily from that cache): accuracy (RULER's string_match_all) with Wilson's 95% interval and "
       "(score/samples); "
       "⚠: {} itself scores under {:.0f}% there, so the cell cannot separate recipes; in low bits: the share of the prompt's "
       "cache (global layers) in low bits when the answer starts, at each length.\n\n",
-      model_name, r.file, r.outcomes.size() / std::max<size_t>(1, r.recipes.size()), r.recipes.front(), 100 * kTaskReferenceFloor);
+      model_name, r.file, plural(r.outcomes.size() / std::max<size_t>(1, r.recipes.size()), "sample"), r.recipes.front(),
+      100 * kTaskReferenceFloor);
   auto table = [&](const std::string& task, const std::string& title) {
     md += fmt::format("{}\n\n| recipe | in low bits |", title);
-    for (int len : r.lengths) md += fmt::format(" {} |", len >= 1024 && len % 1024 == 0 ? fmt::format("{}K", len / 1024) : std::to_string(len));
+    for (int len : r.lengths) md += fmt::format(" {} |", length_label(len));
     md += "\n|---|---|";
     for (size_t i = 0; i < r.lengths.size(); ++i) md += "---|";
     md += "\n";
@@ -52,8 +84,11 @@ std::string tasks_markdown(const TaskResults& r, const std::string& model_name) 
       md += "\n";
     }
     md += "\n";
+    md += overlap_note(r, task);
   };
-  table("all", fmt::format("All tasks pooled ({} tasks, at least {} samples per task and length):", r.tasks.size(), n_min));
+  if (r.tasks.size() > 1)  // one task: its own table says it all
+    table("all", fmt::format("All tasks pooled ({}, at least {} per task and length):", plural(r.tasks.size(), "task"),
+                             plural(static_cast<size_t>(n_min), "sample")));
   for (const std::string& t : r.tasks) table(t, fmt::format("`{}`:", t));
   return md;
 }

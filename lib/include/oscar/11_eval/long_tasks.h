@@ -11,7 +11,8 @@
 // haystack unit nearest `depth` of it. Deterministic for
 // a seed (std::mt19937_64, its own stream per task x length x depth x sample). Written as JSONL so that other tools
 // can run the same prompts; score_answer() is RULER's string_match_all (the share of the expected answers that
-// appear in the output, case-insensitively).
+// appear in the output, case-insensitively), each answer matched as a whole value: not inside a longer run of letters
+// and digits (the key 22855 is not found in "228555").
 #pragma once
 #include <cstdint>
 #include <filesystem>
