@@ -28,7 +28,7 @@ std::string markdown_header(const std::vector<std::string>& columns) {
   return head + "\n" + rule + "\n";
 }
 
-nlohmann::json json_header(const std::string& tool) { return {{"tool", tool}, {"version", version()}, {"date", utc_now()}}; }
+nlohmann::json json_header(const std::string& tool) { return {{"tool", tool}, {"version", version()}}; }
 
 std::string json_text(const nlohmann::json& j, int indent) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

@@ -17,7 +17,8 @@ std::string number_cell(double v, int width, int prec);
 std::string csv_number(double v);
 // "| a | b |\n|---|---|\n".
 std::string markdown_header(const std::vector<std::string>& columns);
-// {"tool": tool, "version": oscar-kv's version, "date": now (UTC)}: the first fields of every JSON output.
+// {"tool": tool, "version": oscar-kv's version}: the first fields of every JSON output (no date, so that a rerun
+// rewrites its outputs bit for bit).
 nlohmann::json json_header(const std::string& tool);
 // `j` as the JSON file's text (`indent` spaces, invalid UTF-8 replaced), with a final line break.
 std::string json_text(const nlohmann::json& j, int indent = 2);
