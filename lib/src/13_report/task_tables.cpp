@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "oscar/08_metrics/verdict.h"
 #include "oscar/13_report/table_text.h"
 
 namespace oscar {
@@ -22,8 +23,6 @@ std::string cell_text(const TaskCell& c) {
   return fmt::format("{}{}% [{}, {}] ({:g}/{})", c.reference_weak ? "⚠ " : "", percent(c.accuracy()), percent(c.ci.lo),
                      percent(c.ci.hi), c.score, c.n);
 }
-
-std::string length_label(int len) { return len >= 1024 && len % 1024 == 0 ? fmt::format("{}K", len / 1024) : std::to_string(len); }
 
 std::string plural(size_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
 
@@ -47,7 +46,7 @@ std::string overlap_note(const TaskResults& r, const std::string& task) {
     if (!tied.empty())
       out += fmt::format("At {} the 95% intervals of {} overlap that of {}, the highest there: these samples cannot rank "
                          "them (more samples narrow the intervals).\n",
-                         length_label(len), fmt::join(tied, ", "), best->recipe);
+                         context_text(len), fmt::join(tied, ", "), best->recipe);
   }
   return out.empty() ? out : out + "\n";
 }
@@ -69,7 +68,7 @@ std::string tasks_markdown(const TaskResults& r, const std::string& model_name) 
       100 * kTaskReferenceFloor);
   auto table = [&](const std::string& task, const std::string& title) {
     md += fmt::format("{}\n\n| recipe | in low bits |", title);
-    for (int len : r.lengths) md += fmt::format(" {} |", length_label(len));
+    for (int len : r.lengths) md += fmt::format(" {} |", context_text(len));
     md += "\n|---|---|";
     for (size_t i = 0; i < r.lengths.size(); ++i) md += "---|";
     md += "\n";
